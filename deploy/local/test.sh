@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up this machine and runs mneme's whole test suite: formatting, lints
+# (warnings are errors) and every test against real PostgreSQL + pgvector,
+# Redis and the e5 model. CI runs exactly this (.ci/run).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=deploy/local/common.sh
+source "$here/common.sh"
+
+MNEME_INSTALL_MINILM=1 "$here/setup.sh"
+# shellcheck disable=SC1091
+source "$MNEME_STATE_DIR/env"
+cd "$repo_root"
+
+started=$SECONDS
+elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
+
+# Databases left by earlier runs (a failed test keeps its database for inspection).
+for db in $(psql_admin -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'mneme\_test\_%' OR datname LIKE 'mneme\_tmpl\_%'"); do
+    psql_admin -q -c "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"
+done
+
+step "formatting"
+cargo fmt --all -- --check
+
+step "lints (all features, warnings are errors)"
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+# The default build (without candle) must compile on its own.
+cargo check -p mneme-embed --locked
+
+step "tests [$(elapsed)]"
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --workspace --all-features --locked --profile ci
+else
+    cargo test --workspace --all-features --locked
+fi
+step "all checks passed in $(elapsed)"

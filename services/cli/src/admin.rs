@@ -1,0 +1,136 @@
+//! Operator commands against the database: migrations, tenants, keys.
+
+use mneme_config::Config;
+use mneme_core::Permission;
+use mneme_store::api_keys::{self, NewKey};
+use mneme_store::{Store, TenantTx, migrate, tenants};
+use uuid::Uuid;
+
+use crate::{KeysCommand, TenantsCommand};
+
+pub async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let applied = migrate::run(config.database.migrate_url.expose()).await?;
+    if applied.is_empty() {
+        println!("database schema is up to date");
+    }
+    for migration in applied {
+        println!("applied V{} {}", migration.version, migration.name);
+    }
+    Ok(())
+}
+
+fn store(config: &Config) -> anyhow::Result<Store> {
+    Ok(Store::from_config(&config.database)?)
+}
+
+async fn tenant_id(store: &Store, name: &str) -> anyhow::Result<Uuid> {
+    let client = store.client().await?;
+    tenants::find_by_name(&client, name)
+        .await?
+        .map(|t| t.id)
+        .ok_or_else(|| anyhow::anyhow!("no tenant named `{name}` (see `mneme tenants list`)"))
+}
+
+pub async fn tenants(config: &Config, command: TenantsCommand) -> anyhow::Result<()> {
+    let store = store(config)?;
+    let client = store.client().await?;
+    match command {
+        TenantsCommand::Create { name } => {
+            tenants::validate_name(&name).map_err(anyhow::Error::msg)?;
+            match tenants::create(&client, &name).await {
+                Ok(tenant) => println!("created tenant {} ({})", tenant.name, tenant.id),
+                Err(error) if error.is_unique_violation() => {
+                    anyhow::bail!("a tenant named `{name}` already exists")
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        TenantsCommand::List => {
+            for tenant in tenants::list(&client).await? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    tenant.id,
+                    tenant.name,
+                    tenant.status,
+                    tenant.created_at.to_rfc3339()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
+    let store = store(config)?;
+    match command {
+        KeysCommand::Create {
+            tenant,
+            name,
+            permissions,
+            workspace,
+        } => {
+            let permissions =
+                Permission::parse_list(&permissions).map_err(|e| anyhow::anyhow!(e.message))?;
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            let created = api_keys::create(
+                &tx,
+                &NewKey {
+                    name: name.clone(),
+                    permissions,
+                    default_workspace: workspace,
+                    expires_at: None,
+                },
+            )
+            .await;
+            let (key, raw) = match created {
+                Ok(created) => created,
+                Err(error) if error.is_unique_violation() => {
+                    anyhow::bail!("tenant `{tenant}` already has a key named `{name}`")
+                }
+                Err(error) => return Err(error.into()),
+            };
+            tx.commit().await?;
+            let permissions: Vec<&str> = key.permissions.iter().map(|p| p.as_str()).collect();
+            eprintln!(
+                "created key {} ({}) for tenant {tenant} with permissions {}; it is shown only once:",
+                key.name,
+                key.id,
+                permissions.join(",")
+            );
+            println!("{raw}");
+        }
+        KeysCommand::List { tenant } => {
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            for key in api_keys::list(&tx).await? {
+                let permissions: Vec<&str> = key.permissions.iter().map(|p| p.as_str()).collect();
+                println!(
+                    "{}\t{}\tmn_{}_…\t{}\t{}",
+                    key.id,
+                    key.name,
+                    key.prefix,
+                    key.status,
+                    permissions.join(",")
+                );
+            }
+        }
+        KeysCommand::Revoke { tenant, id } => {
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let key_id: Uuid = id
+                .parse()
+                .map_err(|_| anyhow::anyhow!("`{id}` is not a key id"))?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            let revoked = api_keys::revoke(&tx, key_id).await?;
+            tx.commit().await?;
+            if !revoked {
+                anyhow::bail!("tenant `{tenant}` has no active key {id}");
+            }
+            println!("revoked key {id}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! The `mneme` command line.
+//!
+//! Layout:
+//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `config`).
+//! - [`up`]: every service in one process, for a single machine.
+//! - [`admin`]: tenant and key management against the database.
+//!
+//! Commands print results for humans on stdout and diagnostics on stderr;
+//! `keys create` prints the new key as the last line of stdout so scripts
+//! can capture it with `tail -n1`.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod up;
+
+use clap::{Parser, Subcommand};
+use mneme_config::Config;
+
+#[derive(Debug, Parser)]
+#[command(name = "mneme", version, about = "Long-term memory for AI agents")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway, recall, remember and the embedding worker in one process.
+    Up,
+    /// Apply pending database migrations (uses MNEME_MIGRATE_DATABASE_URL).
+    Migrate,
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenants(TenantsCommand),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Inspect the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant.
+    Create {
+        /// 1-63 lowercase letters, digits, `-` or `_`.
+        name: String,
+    },
+    /// List tenants.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create an API key; prints it once, as the last line of stdout.
+    Create {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+        /// A name for the key, unique within the tenant.
+        #[arg(long)]
+        name: String,
+        /// Comma-separated permissions: read, write, admin.
+        #[arg(long, default_value = "read,write")]
+        permissions: String,
+        /// Default workspace of requests made with this key.
+        #[arg(long)]
+        workspace: Option<String>,
+    },
+    /// List a tenant's keys (never their secrets).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a key; requests with it fail from then on.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        /// The key's id (see `mneme keys list`).
+        #[arg(long)]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the environment and print the effective configuration (secrets hidden).
+    Check,
+    /// Print the settings tables of docs/CONFIG.md.
+    Docs,
+}
+
+/// Runs one command.
+pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Up => {
+            let listeners = up::Listeners::bind(&config).await?;
+            eprintln!(
+                "mneme is starting; MCP endpoint: {}",
+                config.gateway.mcp_url()
+            );
+            up::up(config, listeners, mneme_telemetry::shutdown_signal()).await
+        }
+        Command::Migrate => admin::migrate(&config).await,
+        Command::Tenants(command) => admin::tenants(&config, command).await,
+        Command::Keys(command) => admin::keys(&config, command).await,
+        Command::Config(ConfigCommand::Check) => {
+            println!("{config:#?}");
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Docs) => {
+            print!("{}", mneme_config::settings_markdown());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! `mneme`: see [`mneme::Cli`].
+
+use clap::Parser;
+use mneme::Cli;
+use mneme_config::{Config, ProcessEnv};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::from_env(&ProcessEnv) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    mneme_telemetry::init(&config.log);
+    match mneme::execute(cli.command, config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

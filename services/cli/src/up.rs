@@ -1,0 +1,152 @@
+//! `mneme up`: the gateway, recall, remember and the embedding worker in one
+//! process — the single-machine deployment. The services still talk gRPC
+//! over loopback, exactly as separate pods do, but share one database pool,
+//! one Redis client and one loaded embedding model.
+
+use std::future::Future;
+
+use mneme_cache::Cache;
+use mneme_config::{Config, Secret};
+use mneme_consolidator::EmbeddingWorker;
+use mneme_gateway::{App, Backends};
+use mneme_proto::principal::PrincipalSigner;
+use mneme_recall::RecallServer;
+use mneme_remember::RememberServer;
+use mneme_store::Store;
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// The sockets `mneme up` serves on (bound by the caller, so tests can use
+/// port 0).
+#[derive(Debug)]
+pub struct Listeners {
+    pub http: TcpListener,
+    pub recall: TcpListener,
+    pub remember: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the addresses of the configuration.
+    pub async fn bind(config: &Config) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: TcpListener::bind(config.gateway.http_addr).await?,
+            recall: TcpListener::bind(config.recall.grpc_addr).await?,
+            remember: TcpListener::bind(config.remember.grpc_addr).await?,
+        })
+    }
+}
+
+/// Runs every service until `shutdown` completes or one of them fails; then
+/// stops the others and waits for them.
+pub async fn up(
+    mut config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    // The backends are only reachable from this process, so a per-process
+    // secret is as good as a configured one.
+    let token = config.internal_token.clone().unwrap_or_else(|| {
+        Secret::new(
+            rand::rng()
+                .sample_iter(Alphanumeric)
+                .take(48)
+                .map(char::from)
+                .collect::<String>(),
+        )
+    });
+    config.gateway.recall_url = format!("http://{}", listeners.recall.local_addr()?);
+    config.gateway.remember_url = format!("http://{}", listeners.remember.local_addr()?);
+    let signer = PrincipalSigner::new(token.expose());
+
+    let store = Store::from_config(&config.database)?;
+    store
+        .check_service_role(config.database.allow_rls_bypass)
+        .await?;
+    store
+        .check_embedding_dimension(config.embedding.dim)
+        .await?;
+    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let embedder = mneme_embed::from_config(&config.embedding)?;
+
+    let stop = CancellationToken::new();
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+
+    let recall = RecallServer::new(
+        store.clone(),
+        cache.clone(),
+        embedder.clone(),
+        config.recall.clone(),
+    );
+    let (signer_for_recall, stopped) = (signer.clone(), stop.clone().cancelled_owned());
+    tasks.spawn(async move {
+        (
+            "recall",
+            mneme_recall::serve(recall, signer_for_recall, listeners.recall, stopped).await,
+        )
+    });
+
+    let remember =
+        RememberServer::new(store.clone(), cache.clone(), config.remember.limits.clone());
+    let (signer_for_remember, stopped) = (signer.clone(), stop.clone().cancelled_owned());
+    tasks.spawn(async move {
+        (
+            "remember",
+            mneme_remember::serve(remember, signer_for_remember, listeners.remember, stopped).await,
+        )
+    });
+
+    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size);
+    let (sweep, worker_stop) = (config.embedding.worker_sweep_interval, stop.clone());
+    let worker_cache = cache.clone();
+    tasks.spawn(async move {
+        worker.run(Some(worker_cache), sweep, worker_stop).await;
+        ("embedding worker", Ok(()))
+    });
+
+    let backends = Backends::new(
+        &config.gateway.recall_url,
+        &config.gateway.remember_url,
+        signer,
+        config.gateway.backend_timeout,
+    )?;
+    let gateway_stop = stop.clone().cancelled_owned();
+    tasks.spawn(async move {
+        let result = mneme_gateway::serve(
+            App::new(store, backends),
+            &config,
+            listeners.http,
+            gateway_stop,
+        )
+        .await;
+        ("gateway", result)
+    });
+
+    // Services run until told to stop: any of them ending first is a failure.
+    let mut failure = tokio::select! {
+        () = shutdown => None,
+        Some(joined) = tasks.join_next() => Some(
+            failure_of(joined).unwrap_or_else(|| anyhow::anyhow!("a service stopped unexpectedly")),
+        ),
+    };
+    stop.cancel();
+    while let Some(joined) = tasks.join_next().await {
+        if let Some(error) = failure_of(joined) {
+            failure.get_or_insert(error);
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
+
+type Joined = Result<(&'static str, anyhow::Result<()>), tokio::task::JoinError>;
+
+/// The error of a finished service task, if it failed.
+fn failure_of(joined: Joined) -> Option<anyhow::Error> {
+    match joined {
+        Ok((_, Ok(()))) => None,
+        Ok((name, Err(error))) => Some(error.context(format!("the {name} stopped"))),
+        Err(error) => Some(anyhow::anyhow!("a service task panicked: {error}")),
+    }
+}

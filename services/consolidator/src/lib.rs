@@ -1,0 +1,191 @@
+//! The consolidation worker. Today it hosts the embedding worker; the
+//! maintenance stages (decay, merging, contradiction detection, garbage
+//! collection) join it as scheduled, tenant-scoped jobs.
+//!
+//! Layout: [`EmbeddingWorker`] (the queue consumer) and [`run`] (process
+//! wiring).
+//!
+//! The embedding queue is the `fragments` table itself: rows whose
+//! `embedding IS NULL`. A worker takes a batch of one tenant's rows with
+//! `FOR UPDATE SKIP LOCKED`, embeds them and commits, all in one
+//! transaction. Any number of workers can run; a worker killed mid-batch
+//! loses nothing (its transaction rolls back and the rows are taken again).
+//! Workers learn about new rows from a Redis wake-up published by the
+//! remember service, and sweep every tenant periodically in case a wake-up
+//! was lost.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mneme_cache::Cache;
+use mneme_config::Config;
+use mneme_embed::{Embedder, TextKind};
+use mneme_store::{Store, StoreError, TenantTx, fragments, tenants};
+use pgvector::Vector;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Pause after a failed batch before the tenant is tried again.
+const RETRY_BACKOFF: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Embed(#[from] mneme_embed::EmbedError),
+}
+
+/// Consumes the embedding queue.
+#[derive(Debug, Clone)]
+pub struct EmbeddingWorker {
+    store: Store,
+    embedder: Arc<dyn Embedder>,
+    batch_size: usize,
+}
+
+impl EmbeddingWorker {
+    pub fn new(store: Store, embedder: Arc<dyn Embedder>, batch_size: usize) -> Self {
+        Self {
+            store,
+            embedder,
+            batch_size: batch_size.max(1),
+        }
+    }
+
+    /// Embeds one batch of the tenant's pending fragments in one
+    /// transaction. Returns how many were embedded (0: queue empty).
+    pub async fn embed_batch(&self, tenant_id: Uuid) -> Result<usize, WorkerError> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, tenant_id).await?;
+        let pending = fragments::lock_pending_embeddings(&tx, self.batch_size as i64).await?;
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let texts: Vec<String> = pending.iter().map(|p| p.content.clone()).collect();
+        let vectors = self.embedder.embed(&texts, TextKind::Passage).await?;
+        let ids: Vec<Uuid> = pending.iter().map(|p| p.id).collect();
+        let vectors: Vec<Vector> = vectors.into_iter().map(Vector::from).collect();
+        fragments::store_embeddings(&tx, self.embedder.model_id(), &ids, &vectors).await?;
+        tx.commit().await?;
+        Ok(ids.len())
+    }
+
+    /// Embeds batches until the tenant's queue is empty or `stop` fires.
+    pub async fn drain_tenant(
+        &self,
+        tenant_id: Uuid,
+        stop: &CancellationToken,
+    ) -> Result<usize, WorkerError> {
+        let mut total = 0;
+        while !stop.is_cancelled() {
+            let embedded = self.embed_batch(tenant_id).await?;
+            if embedded == 0 {
+                break;
+            }
+            total += embedded;
+        }
+        if total > 0 {
+            tracing::info!(tenant.id = %tenant_id, count = total, "fragments embedded");
+        }
+        Ok(total)
+    }
+
+    /// Drains every active tenant once. A failing tenant is logged and
+    /// skipped so it cannot block the others.
+    pub async fn sweep(&self, stop: &CancellationToken) -> Result<usize, WorkerError> {
+        let tenant_ids = {
+            let client = self.store.client().await?;
+            tenants::active_ids(&client).await?
+        };
+        let mut total = 0;
+        for tenant_id in tenant_ids {
+            if stop.is_cancelled() {
+                break;
+            }
+            match self.drain_tenant(tenant_id, stop).await {
+                Ok(count) => total += count,
+                Err(error) => {
+                    tracing::warn!(tenant.id = %tenant_id, %error, "embedding batch failed")
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Runs until `stop` fires: a sweep at start and every `sweep_interval`,
+    /// and a drain of a tenant as soon as its wake-up arrives.
+    pub async fn run(
+        self,
+        cache: Option<Cache>,
+        sweep_interval: Duration,
+        stop: CancellationToken,
+    ) {
+        let mut listener = match &cache {
+            Some(cache) => match cache.embedding_wake_listener().await {
+                Ok(listener) => Some(listener),
+                Err(error) => {
+                    tracing::warn!(%error, "no embedding wake-ups; relying on periodic sweeps");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut sweep = tokio::time::interval(sweep_interval);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let woken = async {
+                match listener.as_mut() {
+                    Some(listener) => listener.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = sweep.tick() => {
+                    if let Err(error) = self.sweep(&stop).await {
+                        tracing::warn!(%error, "embedding sweep failed");
+                        tokio::time::sleep(RETRY_BACKOFF).await;
+                    }
+                }
+                tenant = woken => match tenant.as_deref().map(str::parse::<Uuid>) {
+                    Some(Ok(tenant_id)) => {
+                        if let Err(error) = self.drain_tenant(tenant_id, &stop).await {
+                            tracing::warn!(tenant.id = %tenant_id, %error, "embedding batch failed");
+                            tokio::time::sleep(RETRY_BACKOFF).await;
+                        }
+                    }
+                    Some(Err(_)) => tracing::debug!("ignored a malformed embedding wake-up"),
+                    None => listener = None,
+                },
+            }
+        }
+        tracing::info!("embedding worker stopped");
+    }
+}
+
+/// Runs the consolidator as its own process until `shutdown`.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let store = Store::from_config(&config.database)?;
+    store
+        .check_service_role(config.database.allow_rls_bypass)
+        .await?;
+    store
+        .check_embedding_dimension(config.embedding.dim)
+        .await?;
+    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let embedder = mneme_embed::from_config(&config.embedding)?;
+    let worker = EmbeddingWorker::new(store, embedder, config.embedding.worker_batch_size);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker.run(
+        Some(cache),
+        config.embedding.worker_sweep_interval,
+        stop.clone(),
+    ));
+    shutdown.await;
+    stop.cancel();
+    running.await?;
+    Ok(())
+}

@@ -1,0 +1,10 @@
+//! `mneme-consolidator`: the consolidation worker as its own process.
+
+use mneme_config::{Config, ProcessEnv};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::from_env(&ProcessEnv)?;
+    mneme_telemetry::init(&config.log);
+    mneme_consolidator::run(config, mneme_telemetry::shutdown_signal()).await
+}

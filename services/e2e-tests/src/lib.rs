@@ -1,0 +1,149 @@
+//! Whole-system tests of mneme: the full stack (`mneme up`) on loopback
+//! ports, PostgreSQL with pgvector, Redis, and real MCP clients.
+//!
+//! Layout: [`Stack`] starts and stops a stack on a fresh database;
+//! [`Mcp`] wraps an rmcp client with helpers for tool calls. The tests live
+//! in `tests/`.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use mneme::up::{Listeners, up};
+use mneme_config::Config;
+use mneme_test_support::{TestDatabase, TestRedis};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A running stack on a database of its own.
+#[derive(Debug)]
+pub struct Stack {
+    pub db: TestDatabase,
+    pub redis: TestRedis,
+    pub http_addr: SocketAddr,
+    stop: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Stack {
+    /// Starts `mneme up` with the given embedder (`e5` needs MNEME_E5_DIR)
+    /// and any extra settings.
+    pub async fn start(embedder: &str, extra: &[(&str, &str)]) -> Self {
+        let db = TestDatabase::create().await;
+        let redis = TestRedis::new();
+        let mut env: HashMap<String, String> = HashMap::from([
+            ("MNEME_DATABASE_URL".into(), db.app_url.clone()),
+            ("MNEME_REDIS_URL".into(), redis.url.clone()),
+            ("MNEME_REDIS_PREFIX".into(), redis.prefix.clone()),
+            ("MNEME_EMBEDDER".into(), embedder.into()),
+            ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
+        ]);
+        if let Ok(dir) = std::env::var("MNEME_E5_DIR") {
+            env.insert("MNEME_E5_DIR".into(), dir);
+        }
+        for (key, value) in extra {
+            env.insert((*key).into(), (*value).into());
+        }
+        let config = Config::from_env(&env).expect("valid test configuration");
+        let bind = || TcpListener::bind("127.0.0.1:0");
+        let listeners = Listeners {
+            http: bind().await.unwrap(),
+            recall: bind().await.unwrap(),
+            remember: bind().await.unwrap(),
+        };
+        let http_addr = listeners.http.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(up(config, listeners, stop.clone().cancelled_owned()));
+        Self {
+            db,
+            redis,
+            http_addr,
+            stop,
+            task,
+        }
+    }
+
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.http_addr)
+    }
+
+    /// An MCP client authenticated with `api_key`, after `initialize`.
+    pub async fn mcp(&self, api_key: &str) -> Mcp {
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(self.mcp_url()).auth_header(api_key),
+        );
+        Mcp {
+            client: ().serve(transport).await.expect("MCP initialize succeeds"),
+        }
+    }
+
+    /// Stops every service and returns how the stack ended.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task.await?
+    }
+}
+
+/// An initialized MCP client.
+pub struct Mcp {
+    pub client: RunningService<RoleClient, ()>,
+}
+
+impl std::fmt::Debug for Mcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mcp")
+    }
+}
+
+impl Mcp {
+    /// Calls a tool; returns the raw result.
+    pub async fn call(&self, tool: &'static str, arguments: Value) -> CallToolResult {
+        let Value::Object(arguments) = arguments else {
+            panic!("tool arguments must be a JSON object");
+        };
+        self.client
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .await
+            .unwrap_or_else(|e| panic!("tools/call {tool} failed at the protocol level: {e}"))
+    }
+
+    /// Calls a tool that must succeed; returns its structured content.
+    pub async fn ok(&self, tool: &'static str, arguments: Value) -> Value {
+        let result = self.call(tool, arguments).await;
+        assert_ne!(result.is_error, Some(true), "{tool} failed: {result:?}");
+        let structured = result
+            .structured_content
+            .clone()
+            .expect("structuredContent");
+        // The same JSON is mirrored as text for clients without structured output.
+        let text = result.content[0]
+            .as_text()
+            .expect("a text block")
+            .text
+            .clone();
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
+        structured
+    }
+
+    /// Calls a tool that must fail as a tool error; returns the error text.
+    pub async fn tool_error(&self, tool: &'static str, arguments: Value) -> String {
+        let result = self.call(tool, arguments).await;
+        assert_eq!(
+            result.is_error,
+            Some(true),
+            "{tool} should fail: {result:?}"
+        );
+        result.content[0]
+            .as_text()
+            .expect("a text block")
+            .text
+            .clone()
+    }
+}

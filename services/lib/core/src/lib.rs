@@ -1,0 +1,25 @@
+//! Domain logic of mneme with no I/O: what a fragment is, how a `remember`
+//! request is validated, how text is tokenised for search, how results are
+//! ranked, who the caller is, and the one error vocabulary.
+//!
+//! Layout:
+//! - [`api_key`]: the API key format, generation and verification.
+//! - [`error`]: [`ErrorCode`] and its single mapping to HTTP, gRPC and JSON-RPC.
+//! - [`principal`]: the authenticated caller and its permissions.
+//! - [`fragment`]: fragment types, tiers, limits and [`fragment::prepare`].
+//! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
+//! - [`redact`]: secret and PII redaction.
+//! - [`scoring`]: Reciprocal Rank Fusion and the final score.
+#![forbid(unsafe_code)]
+
+pub mod api_key;
+pub mod error;
+pub mod fragment;
+pub mod principal;
+pub mod redact;
+pub mod scoring;
+pub mod text;
+
+pub use error::{Error, ErrorCode, Result};
+pub use fragment::{FragmentType, TtlTier};
+pub use principal::{Permission, Principal};

@@ -1,0 +1,172 @@
+//! Ranking: Reciprocal Rank Fusion of the search layers, then a final score
+//! that blends relevance with importance and recency.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// A retrieval layer of hybrid search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layer {
+    /// pgvector nearest neighbours of the query embedding.
+    Vector,
+    /// PostgreSQL full-text match over the fragment lexemes.
+    FullText,
+    /// Overlap with the fragment's keywords.
+    Keyword,
+}
+
+impl Layer {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Layer::Vector => "vector",
+            Layer::FullText => "fulltext",
+            Layer::Keyword => "keyword",
+        }
+    }
+}
+
+/// One layer's ranked result list (best first) and its weight in the fusion.
+#[derive(Debug, Clone)]
+pub struct RankedList<Id> {
+    pub layer: Layer,
+    pub weight: f64,
+    pub ids: Vec<Id>,
+}
+
+/// A fused candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fused<Id> {
+    pub id: Id,
+    /// RRF score divided by the best score attainable from the layers that
+    /// ran (rank 1 in every one), so it lies in (0, 1] and stays comparable
+    /// whether one layer ran or three.
+    pub relevance: f64,
+    /// The layers that returned this id, in the order of `lists`.
+    pub layers: Vec<Layer>,
+}
+
+/// Reciprocal Rank Fusion: `Σ weight / (k + rank)` with 1-based ranks.
+///
+/// Candidates are merged by id, so a fragment found by several layers keeps
+/// one entry with every layer's contribution (the reference implementation
+/// lost such fragments). The output is sorted by relevance, ties broken by
+/// the order of first appearance, which keeps the result deterministic.
+pub fn rrf_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>], k: f64) -> Vec<Fused<Id>> {
+    let best: f64 = lists
+        .iter()
+        .filter(|l| !l.ids.is_empty())
+        .map(|l| l.weight / (k + 1.0))
+        .sum();
+    if best <= 0.0 {
+        return Vec::new();
+    }
+    let mut order: Vec<Id> = Vec::new();
+    let mut scores: HashMap<Id, (f64, Vec<Layer>)> = HashMap::new();
+    for list in lists {
+        for (index, id) in list.ids.iter().enumerate() {
+            let contribution = list.weight / (k + (index + 1) as f64);
+            let entry = scores.entry(id.clone()).or_insert_with(|| {
+                order.push(id.clone());
+                (0.0, Vec::new())
+            });
+            entry.0 += contribution;
+            if !entry.1.contains(&list.layer) {
+                entry.1.push(list.layer);
+            }
+        }
+    }
+    let mut fused: Vec<Fused<Id>> = order
+        .into_iter()
+        .map(|id| {
+            let (score, layers) = scores.remove(&id).expect("every ordered id was scored");
+            Fused {
+                id,
+                relevance: score / best,
+                layers,
+            }
+        })
+        .collect();
+    // Stable sort keeps first-appearance order among equal scores.
+    fused.sort_by(|a, b| b.relevance.total_cmp(&a.relevance));
+    fused
+}
+
+/// Weights of the final score. They need not sum to one; the score is only
+/// used for ordering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreWeights {
+    pub relevance: f64,
+    pub importance: f64,
+    pub recency: f64,
+    /// Age at which the recency term halves.
+    pub recency_half_life_days: f64,
+}
+
+impl Default for ScoreWeights {
+    fn default() -> Self {
+        Self {
+            relevance: 0.75,
+            importance: 0.15,
+            recency: 0.10,
+            recency_half_life_days: 30.0,
+        }
+    }
+}
+
+/// `w_rel·relevance + w_imp·importance + w_rec·2^(−age/half_life)`.
+pub fn final_score(relevance: f64, importance: f64, age_days: f64, weights: &ScoreWeights) -> f64 {
+    let half_life = weights.recency_half_life_days.max(f64::MIN_POSITIVE);
+    let recency = (-age_days.max(0.0) / half_life).exp2();
+    weights.relevance * relevance + weights.importance * importance + weights.recency * recency
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(layer: Layer, ids: &[&'static str]) -> RankedList<&'static str> {
+        RankedList {
+            layer,
+            weight: 1.0,
+            ids: ids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn ids_found_by_several_layers_are_merged_not_lost() {
+        // The reference's mergeRRF returned [a, c] for this input, dropping b.
+        let fused = rrf_fuse(
+            &[
+                list(Layer::Keyword, &["b"]),
+                list(Layer::FullText, &["a", "b"]),
+                list(Layer::Vector, &["b", "c"]),
+            ],
+            60.0,
+        );
+        let ids: Vec<_> = fused.iter().map(|f| f.id).collect();
+        assert_eq!(ids, vec!["b", "a", "c"]);
+        assert_eq!(
+            fused[0].layers,
+            vec![Layer::Keyword, Layer::FullText, Layer::Vector]
+        );
+    }
+
+    #[test]
+    fn relevance_is_normalised_to_the_best_attainable_score() {
+        let fused = rrf_fuse(&[list(Layer::Vector, &["x", "y"])], 60.0);
+        assert!((fused[0].relevance - 1.0).abs() < 1e-12);
+        assert!((fused[1].relevance - 61.0 / 62.0).abs() < 1e-12);
+        assert!(rrf_fuse::<&str>(&[list(Layer::Vector, &[])], 60.0).is_empty());
+    }
+
+    #[test]
+    fn final_score_prefers_relevance_then_importance_then_recency() {
+        let w = ScoreWeights::default();
+        let relevant = final_score(1.0, 0.2, 365.0, &w);
+        let important = final_score(0.5, 1.0, 0.0, &w);
+        assert!(relevant > important);
+        assert!(final_score(0.5, 0.5, 0.0, &w) > final_score(0.5, 0.5, 30.0, &w));
+        let halved = final_score(0.0, 0.0, 30.0, &w) / final_score(0.0, 0.0, 0.0, &w);
+        assert!((halved - 0.5).abs() < 1e-12);
+    }
+}

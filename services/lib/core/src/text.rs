@@ -1,0 +1,570 @@
+//! Text normalisation for full-text search and keyword extraction.
+//!
+//! PostgreSQL's text-search parsers split Korean into whole eojeol (word plus
+//! particle: `에스프레소를`), so `에스프레소` would never match, and their
+//! behaviour depends on the cluster's locale. mneme therefore tokenises in
+//! Rust, identically for stored fragments and for queries, and hands
+//! PostgreSQL finished lexemes as `tsvector`/`tsquery` literals: no parser,
+//! dictionary or locale is involved on the database side.
+//!
+//! The tokens:
+//! - **Latin-script and digit words**: lowercased (after NFKC), English stop
+//!   words dropped, ASCII words stemmed with the Snowball English stemmer.
+//! - **Hangul words**: a trailing particle (조사) is stripped when at least
+//!   two syllables remain, then the stem is indexed whole *and* as syllable
+//!   bigrams, so `에스프레소를` matches `에스프레소` and partial compounds.
+//! - **Han and Kana runs**: character bigrams (unigram for a single char).
+//!
+//! A morphological analyser can replace the Hangul rules later without any
+//! schema change: only the lexemes change.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::UnicodeNormalization;
+
+/// PostgreSQL's limit on a lexeme position.
+const MAX_TSVECTOR_POSITION: usize = 16_383;
+/// PostgreSQL keeps at most 256 positions per lexeme.
+const MAX_POSITIONS_PER_LEXEME: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CharClass {
+    Word,
+    Hangul,
+    Cjk,
+    Separator,
+}
+
+fn classify(c: char) -> CharClass {
+    match c as u32 {
+        // Hangul syllables, Jamo and compatibility Jamo.
+        0xAC00..=0xD7A3 | 0x1100..=0x11FF | 0x3130..=0x318F => CharClass::Hangul,
+        // CJK ideographs (incl. extension A and compatibility), Hiragana, Katakana.
+        0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x3040..=0x30FF => CharClass::Cjk,
+        _ if c.is_alphanumeric() => CharClass::Word,
+        _ => CharClass::Separator,
+    }
+}
+
+/// A maximal run of characters of one class, lowercased.
+#[derive(Debug)]
+struct Run {
+    class: CharClass,
+    text: String,
+}
+
+fn runs(input: &str) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    for c in input.nfkc().flat_map(char::to_lowercase) {
+        let class = classify(c);
+        if class == CharClass::Separator {
+            // Keep apostrophes inside words out of the way: "don't" → "don", "t".
+            if let Some(last) = runs.last_mut()
+                && last.class != CharClass::Separator
+            {
+                runs.push(Run {
+                    class: CharClass::Separator,
+                    text: String::new(),
+                });
+            }
+            continue;
+        }
+        match runs.last_mut() {
+            Some(last) if last.class == class => last.text.push(c),
+            _ => runs.push(Run {
+                class,
+                text: c.to_string(),
+            }),
+        }
+    }
+    runs.retain(|r| r.class != CharClass::Separator);
+    runs
+}
+
+/// Korean particles, longest first so that `에서는` wins over `는`.
+const HANGUL_PARTICLES: &[&str] = &[
+    "에서부터",
+    "으로부터",
+    "에게서",
+    "한테서",
+    "이라고",
+    "에서는",
+    "에서도",
+    "으로는",
+    "으로도",
+    "에게는",
+    "이라는",
+    "에게",
+    "한테",
+    "께서",
+    "에서",
+    "으로",
+    "부터",
+    "까지",
+    "처럼",
+    "보다",
+    "라고",
+    "이랑",
+    "하고",
+    "이나",
+    "라는",
+    "은",
+    "는",
+    "이",
+    "가",
+    "을",
+    "를",
+    "에",
+    "의",
+    "도",
+    "만",
+    "와",
+    "과",
+    "로",
+    "랑",
+];
+
+/// Strips one trailing particle when at least two syllables remain.
+fn hangul_stem(word: &str) -> &str {
+    for particle in HANGUL_PARTICLES {
+        if let Some(stem) = word.strip_suffix(particle)
+            && stem.chars().count() >= 2
+        {
+            return stem;
+        }
+    }
+    word
+}
+
+fn bigrams(text: &str) -> impl Iterator<Item = String> + '_ {
+    let chars: Vec<char> = text.chars().collect();
+    let single = (chars.len() == 1).then(|| chars[0].to_string());
+    let pairs: Vec<String> = chars.windows(2).map(|w| w.iter().collect()).collect();
+    single.into_iter().chain(pairs)
+}
+
+/// Common English words that carry no retrieval signal.
+const ENGLISH_STOP_WORDS: &[&str] = &[
+    "a",
+    "about",
+    "above",
+    "after",
+    "again",
+    "against",
+    "all",
+    "am",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "because",
+    "been",
+    "before",
+    "being",
+    "below",
+    "between",
+    "both",
+    "but",
+    "by",
+    "can",
+    "could",
+    "did",
+    "do",
+    "does",
+    "doing",
+    "down",
+    "during",
+    "each",
+    "few",
+    "for",
+    "from",
+    "further",
+    "had",
+    "has",
+    "have",
+    "having",
+    "he",
+    "her",
+    "here",
+    "hers",
+    "herself",
+    "him",
+    "himself",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "itself",
+    "just",
+    "me",
+    "more",
+    "most",
+    "my",
+    "myself",
+    "no",
+    "nor",
+    "not",
+    "now",
+    "of",
+    "off",
+    "on",
+    "once",
+    "only",
+    "or",
+    "other",
+    "our",
+    "ours",
+    "ourselves",
+    "out",
+    "over",
+    "own",
+    "same",
+    "she",
+    "should",
+    "so",
+    "some",
+    "such",
+    "than",
+    "that",
+    "the",
+    "their",
+    "theirs",
+    "them",
+    "themselves",
+    "then",
+    "there",
+    "these",
+    "they",
+    "this",
+    "those",
+    "through",
+    "to",
+    "too",
+    "under",
+    "until",
+    "up",
+    "very",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "while",
+    "who",
+    "whom",
+    "why",
+    "will",
+    "with",
+    "would",
+    "you",
+    "your",
+    "yours",
+    "yourself",
+    "yourselves",
+    "s",
+    "t",
+    "d",
+    "ll",
+    "m",
+    "re",
+    "ve",
+    "don",
+    "didn",
+    "doesn",
+    "isn",
+    "wasn",
+];
+
+/// Korean words too common to be useful as keywords.
+const KOREAN_STOP_WORDS: &[&str] = &[
+    "그리고",
+    "그러나",
+    "하지만",
+    "그래서",
+    "또는",
+    "및",
+    "등",
+    "것",
+    "수",
+    "때",
+    "이것",
+    "저것",
+    "그것",
+    "여기",
+    "거기",
+    "우리",
+    "저희",
+    "제가",
+    "내가",
+    "있다",
+    "없다",
+    "하다",
+    "된다",
+    "한다",
+];
+
+fn is_stop_word(word: &str) -> bool {
+    ENGLISH_STOP_WORDS.contains(&word) || KOREAN_STOP_WORDS.contains(&word)
+}
+
+/// Tokenises text into search lexemes (see the module docs for the rules).
+pub struct Tokenizer {
+    stemmer: Stemmer,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tokenizer(english-snowball, hangul-bigrams)")
+    }
+}
+
+impl Default for Tokenizer {
+    fn default() -> Self {
+        Self {
+            stemmer: Stemmer::create(Algorithm::English),
+        }
+    }
+}
+
+impl Tokenizer {
+    /// Lexemes in text order (duplicates kept, so positions and frequencies
+    /// survive into the `tsvector`).
+    pub fn lexemes(&self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for run in runs(text) {
+            match run.class {
+                CharClass::Word => {
+                    if run.text.chars().count() < 2 || is_stop_word(&run.text) {
+                        continue;
+                    }
+                    if run.text.is_ascii() {
+                        out.push(self.stemmer.stem(&run.text).into_owned());
+                    } else {
+                        out.push(run.text);
+                    }
+                }
+                CharClass::Hangul => {
+                    let stem = hangul_stem(&run.text);
+                    if stem.chars().count() >= 2 {
+                        out.push(stem.to_owned());
+                    }
+                    if stem.chars().count() != 2 {
+                        out.extend(bigrams(stem));
+                    }
+                }
+                CharClass::Cjk => out.extend(bigrams(&run.text)),
+                CharClass::Separator => {}
+            }
+        }
+        out
+    }
+
+    /// Candidate keywords: content words in surface form (Hangul without
+    /// particles), without stems or n-grams.
+    fn keyword_candidates(&self, text: &str) -> Vec<String> {
+        runs(text)
+            .into_iter()
+            .filter_map(|run| match run.class {
+                CharClass::Word => (run.text.chars().count() >= 3
+                    && !is_stop_word(&run.text)
+                    && !run.text.chars().all(|c| c.is_ascii_digit()))
+                .then_some(run.text),
+                CharClass::Hangul => {
+                    let stem = hangul_stem(&run.text);
+                    (stem.chars().count() >= 2 && !is_stop_word(stem)).then(|| stem.to_owned())
+                }
+                CharClass::Cjk => (run.text.chars().count() >= 2).then_some(run.text),
+                CharClass::Separator => None,
+            })
+            .collect()
+    }
+
+    /// The `limit` most frequent keywords, ties broken by first occurrence.
+    pub fn extract_keywords(&self, text: &str, limit: usize) -> Vec<String> {
+        let candidates = self.keyword_candidates(text);
+        let mut stats: HashMap<&str, (usize, usize)> = HashMap::new();
+        for (position, word) in candidates.iter().enumerate() {
+            let entry = stats.entry(word).or_insert((0, position));
+            entry.0 += 1;
+        }
+        let mut ranked: Vec<(&str, (usize, usize))> = stats.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
+        ranked
+            .into_iter()
+            .take(limit)
+            .map(|(word, _)| word.to_owned())
+            .collect()
+    }
+
+    /// A `tsvector` literal (`'lexeme':1,4 'other':2`) for the given text.
+    pub fn tsvector_literal(&self, text: &str) -> String {
+        let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (index, lexeme) in self.lexemes(text).into_iter().enumerate() {
+            let position = (index + 1).min(MAX_TSVECTOR_POSITION);
+            let entry = positions.entry(lexeme).or_default();
+            if entry.len() < MAX_POSITIONS_PER_LEXEME {
+                entry.push(position);
+            }
+        }
+        let mut literal = String::new();
+        for (lexeme, positions) in positions {
+            if !literal.is_empty() {
+                literal.push(' ');
+            }
+            push_quoted(&mut literal, &lexeme);
+            literal.push(':');
+            let joined: Vec<String> = positions.iter().map(usize::to_string).collect();
+            literal.push_str(&joined.join(","));
+        }
+        literal
+    }
+
+    /// A `tsquery` literal matching any lexeme of `text` (`'a' | 'b'`), or
+    /// `None` when the text has no searchable lexeme. OR semantics: ranking,
+    /// not the query, decides how many terms must match.
+    pub fn tsquery_literal(&self, text: &str) -> Option<String> {
+        let mut lexemes = self.lexemes(text);
+        lexemes.sort();
+        lexemes.dedup();
+        if lexemes.is_empty() {
+            return None;
+        }
+        let mut literal = String::new();
+        for lexeme in lexemes {
+            if !literal.is_empty() {
+                literal.push_str(" | ");
+            }
+            push_quoted(&mut literal, &lexeme);
+        }
+        Some(literal)
+    }
+}
+
+fn push_quoted(out: &mut String, lexeme: &str) {
+    out.push('\'');
+    for c in lexeme.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            _ => out.push(c),
+        }
+    }
+    out.push('\'');
+}
+
+/// Rough token count for budgets: a quarter token per ASCII byte (English
+/// averages about four characters per token) and one token per other
+/// character (Hangul and Han syllables are one to two tokens each). It
+/// errs slightly high for CJK, which keeps budgets safe.
+pub fn estimate_tokens(text: &str) -> u32 {
+    let ascii = text.bytes().filter(u8::is_ascii).count();
+    let other = text.chars().filter(|c| !c.is_ascii()).count();
+    u32::try_from(ascii.div_ceil(4) + other).unwrap_or(u32::MAX)
+}
+
+/// Display width used by length rules: CJK characters carry about twice the
+/// information of a Latin letter, so they count double.
+pub fn weighted_len(text: &str) -> usize {
+    text.chars()
+        .map(|c| match classify(c) {
+            CharClass::Hangul | CharClass::Cjk => 2,
+            _ => 1,
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokenizer() -> Tokenizer {
+        Tokenizer::default()
+    }
+
+    #[test]
+    fn english_is_lowercased_stemmed_and_stripped_of_stop_words() {
+        let lexemes = tokenizer().lexemes("The user DRINKS two cups of espresso every morning.");
+        assert_eq!(
+            lexemes,
+            vec!["user", "drink", "two", "cup", "espresso", "everi", "morn"]
+        );
+    }
+
+    #[test]
+    fn korean_particles_are_stripped_and_bigrams_added() {
+        let lexemes = tokenizer().lexemes("사용자는 에스프레소를 마신다");
+        assert!(lexemes.contains(&"사용자".to_owned()), "{lexemes:?}");
+        assert!(lexemes.contains(&"에스프레소".to_owned()), "{lexemes:?}");
+        assert!(lexemes.contains(&"에스".to_owned()), "{lexemes:?}");
+        assert!(!lexemes.iter().any(|l| l.contains('를')), "{lexemes:?}");
+        // A query without the particle shares the whole-word lexeme.
+        let query = tokenizer().lexemes("에스프레소");
+        assert!(query.contains(&"에스프레소".to_owned()));
+    }
+
+    #[test]
+    fn short_hangul_words_keep_their_particle_when_stripping_leaves_one_syllable() {
+        // 나이 ("age") ends in the particle-like 이 but is a word of its own.
+        assert_eq!(tokenizer().lexemes("나이"), vec!["나이"]);
+    }
+
+    #[test]
+    fn mixed_script_words_split_by_script() {
+        let lexemes = tokenizer().lexemes("API를 redis로 호출");
+        assert!(lexemes.contains(&"api".to_owned()), "{lexemes:?}");
+        assert!(lexemes.contains(&"redi".to_owned()), "{lexemes:?}");
+        assert!(lexemes.contains(&"호출".to_owned()), "{lexemes:?}");
+    }
+
+    #[test]
+    fn han_and_kana_become_bigrams() {
+        assert_eq!(tokenizer().lexemes("東京都"), vec!["東京", "京都"]);
+    }
+
+    #[test]
+    fn tsvector_literal_groups_positions_and_escapes() {
+        let literal = tokenizer().tsvector_literal("coffee, coffee and o'clock");
+        assert_eq!(literal, "'clock':3 'coffe':1,2");
+        let mut quoted = String::new();
+        push_quoted(&mut quoted, "it's\\");
+        assert_eq!(quoted, "'it''s\\\\'");
+    }
+
+    #[test]
+    fn tsquery_literal_is_a_deduplicated_disjunction() {
+        assert_eq!(
+            tokenizer()
+                .tsquery_literal("coffee Coffee espresso")
+                .as_deref(),
+            Some("'coffe' | 'espresso'")
+        );
+        assert_eq!(tokenizer().tsquery_literal("the of and"), None);
+    }
+
+    #[test]
+    fn keywords_are_ranked_by_frequency_then_position() {
+        let keywords = tokenizer().extract_keywords(
+            "Redis outage: the redis cluster failed over; postgres stayed up. 레디스를 재시작했다",
+            3,
+        );
+        assert_eq!(keywords, vec!["redis", "outage", "cluster"]);
+    }
+
+    #[test]
+    fn token_estimates_count_cjk_per_character() {
+        assert_eq!(estimate_tokens("abcdefgh"), 2);
+        assert_eq!(estimate_tokens("커피"), 2);
+        assert_eq!(weighted_len("커피 a"), 6);
+    }
+}

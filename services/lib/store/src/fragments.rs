@@ -1,0 +1,445 @@
+//! The `fragments` table: writes, the search layers of recall, forgetting,
+//! and the embedding queue.
+//!
+//! Every function takes a [`TenantTx`] and names its tenant in the query;
+//! reads are further limited to the keys the caller may read.
+
+use chrono::{DateTime, Utc};
+use mneme_core::fragment::PreparedFragment;
+use pgvector::Vector;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{Result, StoreError, TenantTx};
+
+/// How a write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// A new fragment was stored.
+    Created,
+    /// The same content already existed for this key; its importance was
+    /// raised to the larger of the two and its id is returned.
+    Duplicate,
+    /// The idempotency key was used before; the original fragment is returned
+    /// unchanged.
+    Replayed,
+}
+
+/// The stored state after a write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub id: Uuid,
+    pub outcome: WriteOutcome,
+    pub importance: f32,
+    pub ttl_tier: String,
+    pub keywords: Vec<String>,
+}
+
+fn written(row: &Row, outcome: WriteOutcome) -> Written {
+    Written {
+        id: row.get("id"),
+        outcome,
+        importance: row.get("importance"),
+        ttl_tier: row.get("ttl_tier"),
+        keywords: row.get("keywords"),
+    }
+}
+
+/// Who writes a fragment, besides the tenant of the transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Author<'a> {
+    pub key_id: Uuid,
+    pub agent_id: &'a str,
+    pub session_id: Option<&'a str>,
+}
+
+/// Inserts a prepared fragment, deduplicating by idempotency key and by
+/// content hash within the author's key.
+pub async fn insert(
+    tx: &TenantTx<'_>,
+    author: Author<'_>,
+    fragment: &PreparedFragment,
+) -> Result<Written> {
+    let inserted = tx
+        .query_opt(
+            "INSERT INTO mneme.fragments
+                 (tenant_id, id, key_id, agent_id, session_id, workspace, content, content_hash,
+                  topic, keywords, type, importance, ttl_tier, is_anchor, source, idempotency_key,
+                  context_summary, estimated_tokens, search_tsv)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                     $18, $19::text::tsvector)
+             ON CONFLICT DO NOTHING
+             RETURNING id, importance, ttl_tier, keywords",
+            &[
+                &tx.tenant_id(),
+                &Uuid::now_v7(),
+                &author.key_id,
+                &author.agent_id,
+                &author.session_id,
+                &fragment.workspace,
+                &fragment.content,
+                &fragment.content_hash,
+                &fragment.topic,
+                &fragment.keywords,
+                &fragment.fragment_type.as_str(),
+                &fragment.importance,
+                &fragment.ttl_tier.as_str(),
+                &fragment.is_anchor,
+                &fragment.source,
+                &fragment.idempotency_key,
+                &fragment.context_summary,
+                &(fragment.estimated_tokens as i32),
+                &fragment.search_lexemes,
+            ],
+        )
+        .await?;
+    if let Some(row) = inserted {
+        return Ok(written(&row, WriteOutcome::Created));
+    }
+
+    // A unique constraint fired: the idempotency key wins over the hash, so a
+    // retried request returns exactly what the first attempt stored.
+    if let Some(key) = &fragment.idempotency_key {
+        let replay = tx
+            .query_opt(
+                "SELECT id, importance, ttl_tier, keywords FROM mneme.fragments
+                  WHERE tenant_id = $1 AND key_id = $2 AND idempotency_key = $3",
+                &[&tx.tenant_id(), &author.key_id, key],
+            )
+            .await?;
+        if let Some(row) = replay {
+            return Ok(written(&row, WriteOutcome::Replayed));
+        }
+    }
+    let duplicate = tx
+        .query_opt(
+            "UPDATE mneme.fragments
+                SET importance = GREATEST(importance, $4), is_anchor = is_anchor OR $5
+              WHERE tenant_id = $1 AND key_id = $2 AND content_hash = $3
+             RETURNING id, importance, ttl_tier, keywords",
+            &[
+                &tx.tenant_id(),
+                &author.key_id,
+                &fragment.content_hash,
+                &fragment.importance,
+                &fragment.is_anchor,
+            ],
+        )
+        .await?;
+    duplicate
+        .map(|row| written(&row, WriteOutcome::Duplicate))
+        // The conflicting row was deleted between the two statements.
+        .ok_or_else(|| StoreError::Invalid("fragment changed concurrently; retry".into()))
+}
+
+/// The result of `forget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForgetOutcome {
+    Deleted,
+    /// Permanent or anchored; deleting it needs `force`.
+    Protected,
+    /// Absent or not readable by the caller (indistinguishable on purpose).
+    NotFound,
+}
+
+/// Deletes one fragment the caller can read (its keys, its agent or the
+/// shared `default` agent). Links go with it (cascade).
+pub async fn forget(
+    tx: &TenantTx<'_>,
+    readable_keys: &[Uuid],
+    agent_id: &str,
+    id: Uuid,
+    force: bool,
+) -> Result<ForgetOutcome> {
+    let row = tx
+        .query_opt(
+            "WITH target AS (
+                 SELECT id, (ttl_tier = 'permanent' OR is_anchor) AS protected
+                   FROM mneme.fragments
+                  WHERE tenant_id = $1 AND id = $2 AND key_id = ANY($3)
+                    AND agent_id IN ($5, 'default')
+                    FOR UPDATE),
+             deleted AS (
+                 DELETE FROM mneme.fragments f USING target
+                  WHERE f.tenant_id = $1 AND f.id = target.id AND (NOT target.protected OR $4)
+                 RETURNING f.id)
+             SELECT EXISTS (SELECT FROM deleted) FROM target",
+            &[&tx.tenant_id(), &id, &readable_keys, &force, &agent_id],
+        )
+        .await?;
+    Ok(match row {
+        None => ForgetOutcome::NotFound,
+        Some(row) if row.get::<_, bool>(0) => ForgetOutcome::Deleted,
+        Some(_) => ForgetOutcome::Protected,
+    })
+}
+
+/// Which fragments a search may return.
+#[derive(Debug, Clone)]
+pub struct SearchScope<'a> {
+    /// Keys whose fragments are readable (own key and key groups).
+    pub key_ids: &'a [Uuid],
+    /// The caller's agent; fragments of agent `default` are shared by all.
+    pub agent_id: &'a str,
+    /// When set: fragments of this workspace and global ones (NULL).
+    pub workspace: Option<&'a str>,
+    pub topic: Option<&'a str>,
+    pub fragment_type: Option<&'a str>,
+}
+
+/// The predicate shared by all search layers; parameters $1–$6.
+const SCOPE: &str = "tenant_id = $1 AND key_id = ANY($2) AND valid_to IS NULL
+    AND agent_id IN ($3, 'default')
+    AND ($4::text IS NULL OR workspace = $4 OR workspace IS NULL)
+    AND ($5::text IS NULL OR topic = $5)
+    AND ($6::text IS NULL OR type = $6)";
+
+macro_rules! scope_params {
+    ($tx:expr, $scope:expr $(, $extra:expr)*) => {
+        &[
+            &$tx.tenant_id(),
+            &$scope.key_ids,
+            &$scope.agent_id,
+            &$scope.workspace,
+            &$scope.topic,
+            &$scope.fragment_type,
+            $($extra),*
+        ]
+    };
+}
+
+/// A search hit: id and the layer's own score (higher is better).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub id: Uuid,
+    pub score: f32,
+}
+
+fn hits(rows: Vec<Row>) -> Vec<Hit> {
+    rows.iter()
+        .map(|row| Hit {
+            id: row.get(0),
+            score: row.get(1),
+        })
+        .collect()
+}
+
+/// Nearest neighbours by cosine similarity among fragments embedded with
+/// `model` (vectors of different models are not comparable).
+///
+/// Iterative index scans keep reading the HNSW graph until `limit` rows pass
+/// the tenant, key and scope filters, so small tenants in a shared partition
+/// still get full results; `relaxed_order` trades exact ordering inside the
+/// scan for speed and the caller re-sorts by score.
+pub async fn vector_search(
+    tx: &TenantTx<'_>,
+    scope: &SearchScope<'_>,
+    embedding: &Vector,
+    model: &str,
+    ef_search: usize,
+    limit: i64,
+) -> Result<Vec<Hit>> {
+    tx.execute(
+        "SELECT set_config('hnsw.ef_search', $1, true),
+                set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        &[&ef_search.to_string()],
+    )
+    .await?;
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, (1 - (embedding <=> $7))::real AS similarity
+                   FROM mneme.fragments
+                  WHERE {SCOPE} AND embedding IS NOT NULL AND embedding_model = $8
+                  ORDER BY embedding <=> $7
+                  LIMIT $9"
+            ),
+            scope_params!(tx, scope, embedding, &model, &limit),
+        )
+        .await?;
+    let mut hits = hits(rows);
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(hits)
+}
+
+/// Full-text matches for a `tsquery` literal, ranked by `ts_rank` normalised
+/// by document length.
+pub async fn fulltext_search(
+    tx: &TenantTx<'_>,
+    scope: &SearchScope<'_>,
+    tsquery: &str,
+    limit: i64,
+) -> Result<Vec<Hit>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, ts_rank(search_tsv, q, 1) AS rank
+                   FROM mneme.fragments, CAST($7::text AS tsquery) AS q
+                  WHERE {SCOPE} AND search_tsv @@ q
+                  ORDER BY rank DESC, importance DESC, created_at DESC
+                  LIMIT $8"
+            ),
+            scope_params!(tx, scope, &tsquery, &limit),
+        )
+        .await?;
+    Ok(hits(rows))
+}
+
+/// Fragments sharing keywords with `keywords`, most shared first.
+pub async fn keyword_search(
+    tx: &TenantTx<'_>,
+    scope: &SearchScope<'_>,
+    keywords: &[String],
+    limit: i64,
+) -> Result<Vec<Hit>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id,
+                        cardinality(ARRAY(SELECT unnest(keywords) INTERSECT
+                                          SELECT unnest($7::text[])))::real AS overlap
+                   FROM mneme.fragments
+                  WHERE {SCOPE} AND keywords && $7
+                  ORDER BY overlap DESC, importance DESC, created_at DESC
+                  LIMIT $8"
+            ),
+            scope_params!(tx, scope, &keywords, &limit),
+        )
+        .await?;
+    Ok(hits(rows))
+}
+
+/// The most important recent fragments, for a recall without any query.
+pub async fn recent(tx: &TenantTx<'_>, scope: &SearchScope<'_>, limit: i64) -> Result<Vec<Hit>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, importance FROM mneme.fragments
+                  WHERE {SCOPE}
+                  ORDER BY importance DESC, created_at DESC
+                  LIMIT $7"
+            ),
+            scope_params!(tx, scope, &limit),
+        )
+        .await?;
+    Ok(hits(rows))
+}
+
+/// A fragment as returned to clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fragment {
+    pub id: Uuid,
+    pub key_id: Uuid,
+    pub agent_id: String,
+    pub workspace: Option<String>,
+    pub content: String,
+    pub topic: String,
+    pub keywords: Vec<String>,
+    pub fragment_type: String,
+    pub importance: f32,
+    pub ttl_tier: String,
+    pub is_anchor: bool,
+    pub source: Option<String>,
+    pub estimated_tokens: i32,
+    pub created_at: DateTime<Utc>,
+    pub embedded: bool,
+}
+
+impl From<Row> for Fragment {
+    fn from(row: Row) -> Self {
+        Self {
+            id: row.get("id"),
+            key_id: row.get("key_id"),
+            agent_id: row.get("agent_id"),
+            workspace: row.get("workspace"),
+            content: row.get("content"),
+            topic: row.get("topic"),
+            keywords: row.get("keywords"),
+            fragment_type: row.get("type"),
+            importance: row.get("importance"),
+            ttl_tier: row.get("ttl_tier"),
+            is_anchor: row.get("is_anchor"),
+            source: row.get("source"),
+            estimated_tokens: row.get("estimated_tokens"),
+            created_at: row.get("created_at"),
+            embedded: row.get("embedded"),
+        }
+    }
+}
+
+/// Loads fragments by id, limited to the readable keys (order unspecified).
+pub async fn fetch(tx: &TenantTx<'_>, key_ids: &[Uuid], ids: &[Uuid]) -> Result<Vec<Fragment>> {
+    let rows = tx
+        .query(
+            "SELECT id, key_id, agent_id, workspace, content, topic, keywords, type, importance,
+                    ttl_tier, is_anchor, source, estimated_tokens, created_at,
+                    embedding IS NOT NULL AS embedded
+               FROM mneme.fragments
+              WHERE tenant_id = $1 AND key_id = ANY($2) AND id = ANY($3)",
+            &[&tx.tenant_id(), &key_ids, &ids],
+        )
+        .await?;
+    Ok(rows.into_iter().map(Fragment::from).collect())
+}
+
+/// A fragment waiting for its embedding.
+#[derive(Debug, Clone)]
+pub struct PendingEmbedding {
+    pub id: Uuid,
+    pub content: String,
+}
+
+/// Locks up to `limit` fragments of the tenant that have no embedding yet.
+/// `SKIP LOCKED` lets any number of workers share the queue; if a worker
+/// dies, its transaction rolls back and the rows become visible again.
+pub async fn lock_pending_embeddings(
+    tx: &TenantTx<'_>,
+    limit: i64,
+) -> Result<Vec<PendingEmbedding>> {
+    let rows = tx
+        .query(
+            "SELECT id, content FROM mneme.fragments
+              WHERE tenant_id = $1 AND embedding IS NULL
+              ORDER BY created_at
+              LIMIT $2
+              FOR UPDATE SKIP LOCKED",
+            &[&tx.tenant_id(), &limit],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| PendingEmbedding {
+            id: row.get(0),
+            content: row.get(1),
+        })
+        .collect())
+}
+
+/// Stores embeddings computed for locked fragments.
+pub async fn store_embeddings(
+    tx: &TenantTx<'_>,
+    model: &str,
+    ids: &[Uuid],
+    embeddings: &[Vector],
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments f
+                SET embedding = v.embedding, embedding_model = $2
+               FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding)
+              WHERE f.tenant_id = $1 AND f.id = v.id",
+            &[&tx.tenant_id(), &model, &ids, &embeddings],
+        )
+        .await?)
+}
+
+/// Fragments of the tenant still waiting for an embedding.
+pub async fn count_pending_embeddings(tx: &TenantTx<'_>) -> Result<i64> {
+    Ok(tx
+        .query_one(
+            "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND embedding IS NULL",
+            &[&tx.tenant_id()],
+        )
+        .await?
+        .get(0))
+}

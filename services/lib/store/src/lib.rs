@@ -1,0 +1,289 @@
+//! PostgreSQL access for mneme.
+//!
+//! Layout:
+//! - [`Store`]: the connection pool, start-up checks and tenant transactions.
+//! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
+//! - One repository module per table: [`tenants`], [`api_keys`],
+//!   [`fragments`].
+//!
+//! Every query on tenant-owned data runs inside a [`TenantTx`]: a
+//! transaction that has set `mneme.tenant_id` (so row-level security
+//! applies) and that hands its tenant id to the repository functions, which
+//! repeat it as an explicit predicate. Repositories cannot reach tenant data
+//! any other way.
+#![forbid(unsafe_code)]
+
+pub mod api_keys;
+pub mod fragments;
+pub mod migrate;
+pub mod tenants;
+
+use std::ops::Deref;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
+use mneme_core::{Error as ApiError, ErrorCode};
+use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
+use uuid::Uuid;
+
+/// A failure of the database layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    /// The SQLSTATE of a database error, if any.
+    pub fn sql_state(&self) -> Option<&SqlState> {
+        match self {
+            StoreError::Db(e) => e.code(),
+            _ => None,
+        }
+    }
+
+    fn error_code(&self) -> ErrorCode {
+        match self {
+            StoreError::Pool(_) => ErrorCode::Unavailable,
+            StoreError::Invalid(_) => ErrorCode::Internal,
+            StoreError::Db(e) => match e.code() {
+                Some(code) if *code == SqlState::QUERY_CANCELED => ErrorCode::Timeout,
+                Some(code)
+                    if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *code == SqlState::T_R_DEADLOCK_DETECTED =>
+                {
+                    ErrorCode::Conflict
+                }
+                Some(code)
+                    if code.code().starts_with("08")
+                        || *code == SqlState::ADMIN_SHUTDOWN
+                        || *code == SqlState::CANNOT_CONNECT_NOW =>
+                {
+                    ErrorCode::Unavailable
+                }
+                None if e.is_closed() => ErrorCode::Unavailable,
+                _ => ErrorCode::Internal,
+            },
+        }
+    }
+}
+
+/// Converts to the client-visible error. The cause is logged here, once;
+/// only the code travels on.
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let code = error.error_code();
+        tracing::error!(error = %error, "database operation failed");
+        match code {
+            ErrorCode::Internal => ApiError::internal(),
+            ErrorCode::Timeout => ApiError::new(code, "the database did not answer in time"),
+            ErrorCode::Conflict => ApiError::new(code, "concurrent update; retry the request"),
+            _ => ApiError::unavailable("the database is unavailable; retry shortly"),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: usize,
+    /// Server-side `statement_timeout`; zero disables it.
+    pub statement_timeout: Duration,
+    /// Time to wait for a free connection before failing with `Unavailable`.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            statement_timeout: Duration::from_secs(10),
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The database handle every service shares. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: Pool,
+}
+
+impl Store {
+    /// Builds a pool. No connection is opened until first use.
+    pub fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
+        let mut pg = tokio_postgres::Config::from_str(url)?;
+        if pg.get_application_name().is_none() {
+            pg.application_name("mneme");
+        }
+        if !options.statement_timeout.is_zero() {
+            pg.options(format!(
+                "-c statement_timeout={}",
+                options.statement_timeout.as_millis()
+            ));
+        }
+        pg.connect_timeout(options.acquire_timeout);
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.max_connections)
+            .wait_timeout(Some(options.acquire_timeout))
+            .create_timeout(Some(options.acquire_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("cannot build the database pool: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// Builds a pool from the `Database` settings.
+    pub fn from_config(config: &mneme_config::DatabaseConfig) -> Result<Self> {
+        Self::connect(
+            config.url.expose(),
+            &StoreOptions {
+                max_connections: config.pool_size,
+                statement_timeout: config.statement_timeout,
+                ..StoreOptions::default()
+            },
+        )
+    }
+
+    /// A pooled connection for queries that are not tenant data (tenants,
+    /// key resolution, health checks).
+    pub async fn client(&self) -> Result<Object> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// `SELECT 1`, for readiness probes.
+    pub async fn ping(&self) -> Result<()> {
+        self.client().await?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+
+    /// Refuses to run as a role that could bypass row-level security, unless
+    /// explicitly allowed: tenant isolation must not depend on SQL predicates
+    /// alone.
+    pub async fn check_service_role(&self, allow_bypass: bool) -> Result<()> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT r.rolname::text,
+                        r.rolsuper OR r.rolbypassrls,
+                        EXISTS (SELECT FROM pg_tables
+                                 WHERE schemaname = 'mneme' AND tableowner = current_user)
+                   FROM pg_roles r WHERE r.rolname = current_user",
+                &[],
+            )
+            .await?;
+        let (role, bypass, owns): (String, bool, bool) = (row.get(0), row.get(1), row.get(2));
+        if bypass || owns {
+            let why = if bypass {
+                "is a superuser or has BYPASSRLS"
+            } else {
+                "owns mneme's tables"
+            };
+            if allow_bypass {
+                tracing::warn!(
+                    role,
+                    "database role {why}; row-level security is not a safety net"
+                );
+            } else {
+                return Err(StoreError::Invalid(format!(
+                    "the database role `{role}` {why}, so row-level security would not protect \
+                     tenants; connect as a role granted `mneme_service` \
+                     (or set MNEME_ALLOW_RLS_BYPASS=true)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses to run when the embedding column's dimension differs from the
+    /// configured one (vectors of another size cannot be stored or compared).
+    pub async fn check_embedding_dimension(&self, expected: usize) -> Result<()> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT format_type(atttypid, atttypmod)
+                   FROM pg_attribute
+                  WHERE attrelid = to_regclass('mneme.fragments') AND attname = 'embedding'",
+                &[],
+            )
+            .await?
+            .ok_or_else(|| {
+                StoreError::Invalid("the mneme schema is missing; run `mneme migrate` first".into())
+            })?;
+        let column: String = row.get(0);
+        let wanted = format!("vector({expected})");
+        if column != wanted {
+            return Err(StoreError::Invalid(format!(
+                "MNEME_EMBED_DIM={expected} but fragments.embedding is {column}; \
+                 choose an embedder of that dimension or migrate the column"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A transaction bound to one tenant: row-level security filters it, and
+/// repositories read the tenant id from it for their explicit predicates.
+pub struct TenantTx<'a> {
+    tx: Transaction<'a>,
+    tenant_id: Uuid,
+}
+
+impl std::fmt::Debug for TenantTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantTx")
+            .field("tenant_id", &self.tenant_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> TenantTx<'a> {
+    /// Opens a transaction on `client` for `tenant_id`.
+    pub async fn begin(client: &'a mut Object, tenant_id: Uuid) -> Result<Self> {
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT set_config('mneme.tenant_id', $1, true)",
+            &[&tenant_id.to_string()],
+        )
+        .await?;
+        Ok(Self { tx, tenant_id })
+    }
+
+    pub fn tenant_id(&self) -> Uuid {
+        self.tenant_id
+    }
+
+    pub async fn commit(self) -> Result<()> {
+        Ok(self.tx.commit().await?)
+    }
+}
+
+impl<'a> Deref for TenantTx<'a> {
+    type Target = Transaction<'a>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl StoreError {
+    /// True for a unique-constraint violation (a duplicate name, say).
+    pub fn is_unique_violation(&self) -> bool {
+        self.sql_state() == Some(&SqlState::UNIQUE_VIOLATION)
+    }
+}

@@ -1,0 +1,361 @@
+//! The store against a real PostgreSQL with pgvector: schema, row-level
+//! security, deduplication, forgetting, search layers and the embedding queue.
+
+use mneme_core::Permission;
+use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
+use mneme_core::text::Tokenizer;
+use mneme_store::fragments::{self, Author, ForgetOutcome, SearchScope, WriteOutcome};
+use mneme_store::{Store, StoreOptions, TenantTx, api_keys, tenants};
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
+use pgvector::Vector;
+use uuid::Uuid;
+
+fn prepared(content: &str, topic: &str) -> mneme_core::fragment::PreparedFragment {
+    prepare(
+        RememberInput {
+            content: content.into(),
+            topic: topic.into(),
+            fragment_type: "fact".into(),
+            ..Default::default()
+        },
+        &FragmentLimits::default(),
+        &Tokenizer::default(),
+    )
+    .expect("valid fragment")
+}
+
+async fn remember(store: &Store, tenant: &TestTenant, content: &str) -> Uuid {
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let written = fragments::insert(&tx, author(tenant), &prepared(content, "test"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    written.id
+}
+
+fn author(tenant: &TestTenant) -> Author<'static> {
+    Author {
+        key_id: tenant.key_id,
+        agent_id: "default",
+        session_id: None,
+    }
+}
+
+fn scope(keys: &[Uuid]) -> SearchScope<'_> {
+    SearchScope {
+        key_ids: keys,
+        agent_id: "default",
+        workspace: None,
+        topic: None,
+        fragment_type: None,
+    }
+}
+
+#[tokio::test]
+async fn service_role_is_checked_and_owner_role_refused() {
+    let db = TestDatabase::create().await;
+    db.store().check_service_role(false).await.unwrap();
+    db.store().check_embedding_dimension(384).await.unwrap();
+    let err = db.store().check_embedding_dimension(768).await.unwrap_err();
+    assert!(err.to_string().contains("vector(384)"), "{err}");
+
+    let owner = Store::connect(&db.owner_url, &StoreOptions::default()).unwrap();
+    let err = owner.check_service_role(false).await.unwrap_err();
+    assert!(err.to_string().contains("owns mneme's tables"), "{err}");
+    owner.check_service_role(true).await.unwrap();
+}
+
+#[tokio::test]
+async fn row_level_security_hides_other_tenants_even_without_predicates() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = create_tenant(&store, "alpha", ALL_PERMISSIONS).await;
+    let b = create_tenant(&store, "beta", ALL_PERMISSIONS).await;
+    remember(&store, &a, "Alpha's deploys run from the blue pipeline.").await;
+    remember(&store, &b, "Beta's deploys run from the green pipeline.").await;
+
+    let mut client = store.client().await.unwrap();
+    // No tenant set: nothing is visible at all.
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM mneme.fragments", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 0);
+    let keys: i64 = client
+        .query_one("SELECT count(*) FROM mneme.api_keys", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(keys, 0);
+
+    // Tenant A set: a query that forgets the tenant predicate still sees A only.
+    let tx = TenantTx::begin(&mut client, a.tenant_id).await.unwrap();
+    let rows = tx
+        .query("SELECT content FROM mneme.fragments", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].get::<_, String>(0).starts_with("Alpha"));
+    // Writing a row for another tenant is refused by the policy.
+    let err = tx
+        .execute("UPDATE mneme.fragments SET tenant_id = $1", &[&b.tenant_id])
+        .await
+        .unwrap_err();
+    let message = err.as_db_error().expect("a database error").message();
+    assert!(message.contains("row-level security"), "{message}");
+}
+
+#[tokio::test]
+async fn duplicates_and_idempotent_retries_return_the_original() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "dedupe", ALL_PERMISSIONS).await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+
+    let first = fragments::insert(
+        &tx,
+        author(&t),
+        &prepared("The cache TTL is ten minutes.", "cache"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.outcome, WriteOutcome::Created);
+    let mut more_important = prepared("The cache TTL is ten minutes.", "cache");
+    more_important.importance = 0.7;
+    let second = fragments::insert(&tx, author(&t), &more_important)
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.id, second.outcome),
+        (first.id, WriteOutcome::Duplicate)
+    );
+    assert_eq!(second.importance, 0.7);
+
+    let mut keyed = prepared("Retries use exponential backoff.", "http");
+    keyed.idempotency_key = Some("req-1".into());
+    let created = fragments::insert(&tx, author(&t), &keyed).await.unwrap();
+    let mut retried = prepared("Retries use exponential backoff, capped.", "http");
+    retried.idempotency_key = Some("req-1".into());
+    let replay = fragments::insert(&tx, author(&t), &retried).await.unwrap();
+    assert_eq!(
+        (replay.id, replay.outcome),
+        (created.id, WriteOutcome::Replayed)
+    );
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn forget_is_tenant_scoped_and_respects_protection() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let a = create_tenant(&store, "owner-a", ALL_PERMISSIONS).await;
+    let b = create_tenant(&store, "owner-b", ALL_PERMISSIONS).await;
+    let id = remember(&store, &a, "Tenant A keeps its invoices in S3.").await;
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, b.tenant_id).await.unwrap();
+    assert_eq!(
+        fragments::forget(&tx, &[b.key_id], "default", id, true)
+            .await
+            .unwrap(),
+        ForgetOutcome::NotFound
+    );
+    assert_eq!(
+        fragments::forget(&tx, &[b.key_id], "default", Uuid::new_v4(), true)
+            .await
+            .unwrap(),
+        ForgetOutcome::NotFound
+    );
+    drop(tx);
+
+    let tx = TenantTx::begin(&mut client, a.tenant_id).await.unwrap();
+    let mut anchor = prepared(
+        "Never rotate the root CA without a change ticket.",
+        "security",
+    );
+    anchor.is_anchor = true;
+    anchor.ttl_tier = mneme_core::TtlTier::Permanent;
+    let anchor = fragments::insert(&tx, author(&a), &anchor).await.unwrap();
+    assert_eq!(
+        fragments::forget(&tx, &[a.key_id], "default", anchor.id, false)
+            .await
+            .unwrap(),
+        ForgetOutcome::Protected
+    );
+    assert_eq!(
+        fragments::forget(&tx, &[a.key_id], "default", anchor.id, true)
+            .await
+            .unwrap(),
+        ForgetOutcome::Deleted
+    );
+    assert_eq!(
+        fragments::forget(&tx, &[a.key_id], "default", id, false)
+            .await
+            .unwrap(),
+        ForgetOutcome::Deleted
+    );
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn api_keys_authenticate_only_when_valid_and_active() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "keys", &[Permission::Read]).await;
+    let mut client = store.client().await.unwrap();
+
+    let key = api_keys::authenticate(&mut client, &t.api_key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((key.id, key.tenant_id), (t.key_id, t.tenant_id));
+    assert_eq!(key.permissions, vec![Permission::Read]);
+
+    // Same prefix, wrong secret.
+    let forged = format!(
+        "{}{}",
+        &t.api_key[..t.api_key.len() - 1],
+        if t.api_key.ends_with('a') { 'b' } else { 'a' }
+    );
+    assert!(
+        api_keys::authenticate(&mut client, &forged)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        api_keys::authenticate(&mut client, "mn_garbage")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    assert!(api_keys::revoke(&tx, t.key_id).await.unwrap());
+    tx.commit().await.unwrap();
+    assert!(
+        api_keys::authenticate(&mut client, &t.api_key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn tenant_names_are_unique() {
+    let db = TestDatabase::create().await;
+    let client = db.store().client().await.unwrap();
+    tenants::create(&client, "dup").await.unwrap();
+    let err = tenants::create(&client, "dup").await.unwrap_err();
+    assert!(err.is_unique_violation());
+}
+
+#[tokio::test]
+async fn fulltext_and_keyword_layers_find_korean_and_english() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "search", ALL_PERMISSIONS).await;
+    let espresso = remember(&store, &t, "사용자는 매일 아침 에스프레소를 두 잔 마신다.").await;
+    let deploy = remember(&store, &t, "Deployments are blocked on Fridays after noon.").await;
+    let tokenizer = Tokenizer::default();
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let keys = [t.key_id];
+    let korean = tokenizer.tsquery_literal("에스프레소 좋아해?").unwrap();
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+        vec![espresso]
+    );
+    let english = tokenizer
+        .tsquery_literal("when are deploys blocked")
+        .unwrap();
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.first().map(|h| h.id), Some(deploy));
+
+    let hits = fragments::keyword_search(&tx, &scope(&keys), &["deployments".into()], 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![deploy]);
+    // Another key of the same tenant sees nothing of this key's fragments.
+    let other = [Uuid::new_v4()];
+    assert!(
+        fragments::fulltext_search(&tx, &scope(&other), &english, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn embedding_queue_hands_each_row_to_one_worker_and_vectors_are_searchable() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "queue", ALL_PERMISSIONS).await;
+    for i in 0..6 {
+        remember(
+            &store,
+            &t,
+            &format!("Queue item number {i} waits for its embedding."),
+        )
+        .await;
+    }
+    let mut first = store.client().await.unwrap();
+    let mut second = store.client().await.unwrap();
+    let tx1 = TenantTx::begin(&mut first, t.tenant_id).await.unwrap();
+    let tx2 = TenantTx::begin(&mut second, t.tenant_id).await.unwrap();
+    let batch1 = fragments::lock_pending_embeddings(&tx1, 4).await.unwrap();
+    let batch2 = fragments::lock_pending_embeddings(&tx2, 4).await.unwrap();
+    assert_eq!((batch1.len(), batch2.len()), (4, 2));
+    assert!(batch1.iter().all(|a| batch2.iter().all(|b| a.id != b.id)));
+
+    let mut unit = vec![0.0f32; 384];
+    unit[0] = 1.0;
+    let ids: Vec<Uuid> = batch1.iter().map(|p| p.id).collect();
+    let vectors = vec![Vector::from(unit.clone()); ids.len()];
+    assert_eq!(
+        fragments::store_embeddings(&tx1, "test-model", &ids, &vectors)
+            .await
+            .unwrap(),
+        4
+    );
+    tx1.commit().await.unwrap();
+    drop(tx2); // a worker that dies: its rows go back to the queue
+
+    let tx = TenantTx::begin(&mut first, t.tenant_id).await.unwrap();
+    assert_eq!(fragments::count_pending_embeddings(&tx).await.unwrap(), 2);
+    let keys = [t.key_id];
+    let hits = fragments::vector_search(
+        &tx,
+        &scope(&keys),
+        &Vector::from(unit),
+        "test-model",
+        40,
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(hits.len(), 4);
+    assert!((hits[0].score - 1.0).abs() < 1e-5);
+    let other_model = fragments::vector_search(
+        &tx,
+        &scope(&keys),
+        &Vector::from(vec![1.0; 384]),
+        "other",
+        40,
+        10,
+    )
+    .await
+    .unwrap();
+    assert!(other_model.is_empty());
+}

@@ -1,0 +1,263 @@
+//! Test fixtures for mneme, used only as a dev-dependency.
+//!
+//! Layout:
+//! - [`TestDatabase`]: a fresh, migrated PostgreSQL database per test,
+//!   cloned from a template that is migrated once per schema version.
+//! - [`TestRedis`]: a unique key prefix per test on the shared Redis.
+//! - [`Fixture`]: a database plus Redis, with helpers for tenants and keys.
+//!
+//! Tests need `MNEME_TEST_DATABASE_URL` (a role that may create databases)
+//! and `MNEME_TEST_REDIS_URL`; `./deploy/local/test.sh` sets both. A missing
+//! variable fails the test with a message; nothing is ever skipped.
+#![forbid(unsafe_code)]
+
+use std::str::FromStr;
+
+use mneme_core::Permission;
+use mneme_store::api_keys::{self, NewKey};
+use mneme_store::{Store, StoreOptions, TenantTx, tenants};
+use tokio_postgres::config::Host;
+use tokio_postgres::{Config as PgConfig, NoTls};
+use uuid::Uuid;
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "environment variable `{name}` must be set for this test; \
+             run the suite with ./deploy/local/test.sh, which sets it up"
+        )
+    })
+}
+
+/// Connection parameters of the test cluster, as a key-value string.
+fn base_conninfo(admin_url: &str) -> String {
+    let config = PgConfig::from_str(admin_url).expect("MNEME_TEST_DATABASE_URL is a valid URL");
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        #[cfg(unix)]
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "127.0.0.1".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("host={host} port={port}")
+}
+
+async fn admin_client(conninfo: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test database server: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// A migrated database of its own for one test. Dropped when the test passes;
+/// kept for inspection when it fails.
+#[derive(Debug)]
+pub struct TestDatabase {
+    pub name: String,
+    /// Connection string for the services' role (row-level security applies).
+    pub app_url: String,
+    /// Connection string for the owner role (migrations, inspection).
+    pub owner_url: String,
+    admin_conninfo: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> Self {
+        let admin_url = required_env("MNEME_TEST_DATABASE_URL");
+        let admin = PgConfig::from_str(&admin_url).expect("valid MNEME_TEST_DATABASE_URL");
+        let base = base_conninfo(&admin_url);
+        let owner_user = admin.get_user().unwrap_or("postgres").to_owned();
+        let owner_password = admin
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .unwrap_or_default();
+        let admin_db = admin.get_dbname().unwrap_or("postgres");
+        let admin_conninfo =
+            format!("{base} user={owner_user} password={owner_password} dbname={admin_db}");
+        let client = admin_client(&admin_conninfo).await;
+
+        // One template per schema version, built under an advisory lock so
+        // parallel test processes build it once.
+        let template = format!("mneme_tmpl_{}", mneme_store::migrate::fingerprint());
+        client
+            .execute("SELECT pg_advisory_lock(727001)", &[])
+            .await
+            .expect("advisory lock");
+        let exists = client
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&template])
+            .await
+            .expect("query pg_database")
+            .is_some();
+        if !exists {
+            let building = format!("{template}_building");
+            // Separate statements: neither may run inside a transaction block.
+            client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"))
+                .await
+                .expect("drop a half-built template database");
+            client
+                .batch_execute(&format!("CREATE DATABASE {building} TEMPLATE template1"))
+                .await
+                .expect("create the template database");
+            let url =
+                format!("{base} user={owner_user} password={owner_password} dbname={building}");
+            mneme_store::migrate::run(&url)
+                .await
+                .unwrap_or_else(|e| panic!("migrating the test template failed: {e}"));
+            client
+                .batch_execute(&format!("ALTER DATABASE {building} RENAME TO {template}"))
+                .await
+                .expect("publish the template database");
+        }
+        client
+            .execute("SELECT pg_advisory_unlock(727001)", &[])
+            .await
+            .expect("advisory unlock");
+
+        let name = format!("mneme_test_{}", Uuid::new_v4().simple());
+        client
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+            .await
+            .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
+
+        let app_user = std::env::var("MNEME_TEST_APP_USER").unwrap_or_else(|_| "mneme_app".into());
+        let app_password =
+            std::env::var("MNEME_TEST_APP_PASSWORD").unwrap_or_else(|_| "mneme_app".into());
+        Self {
+            app_url: format!("{base} user={app_user} password={app_password} dbname={name}"),
+            owner_url: format!("{base} user={owner_user} password={owner_password} dbname={name}"),
+            name,
+            admin_conninfo,
+        }
+    }
+
+    /// A store connected as the services' role.
+    pub fn store(&self) -> Store {
+        Store::connect(&self.app_url, &StoreOptions::default()).expect("test store")
+    }
+
+    /// A raw client as the owner role. Row-level security is forced on the
+    /// owner too, so tenant data is visible only through
+    /// [`TestDatabase::count_in_tenant`].
+    pub async fn owner_client(&self) -> tokio_postgres::Client {
+        admin_client(&self.owner_url).await
+    }
+
+    /// `SELECT count(*) FROM mneme.fragments WHERE <condition>` within one
+    /// tenant, bypassing the services (for assertions).
+    pub async fn count_in_tenant(&self, tenant_id: Uuid, condition: &str) -> i64 {
+        let mut client = self.owner_client().await;
+        let tx = client.transaction().await.expect("transaction");
+        tx.execute(
+            "SELECT set_config('mneme.tenant_id', $1, true)",
+            &[&tenant_id.to_string()],
+        )
+        .await
+        .expect("set tenant");
+        tx.query_one(
+            &format!("SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND ({condition})"),
+            &[&tenant_id],
+        )
+        .await
+        .expect("count fragments")
+        .get(0)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("test failed; database {} kept for inspection", self.name);
+            return;
+        }
+        let conninfo = self.admin_conninfo.clone();
+        let name = self.name.clone();
+        // Drop must not block the test's runtime; a helper thread with its
+        // own runtime does the cleanup.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("cleanup runtime");
+            runtime.block_on(async {
+                if let Ok((client, connection)) = tokio_postgres::connect(&conninfo, NoTls).await {
+                    tokio::spawn(connection);
+                    if let Err(e) = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await
+                    {
+                        eprintln!("could not drop test database {name}: {e:?}");
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A Redis namespace of its own for one test.
+#[derive(Debug, Clone)]
+pub struct TestRedis {
+    pub url: String,
+    pub prefix: String,
+}
+
+impl TestRedis {
+    pub fn new() -> Self {
+        Self {
+            url: required_env("MNEME_TEST_REDIS_URL"),
+            prefix: format!("mneme-test:{}:", Uuid::new_v4().simple()),
+        }
+    }
+}
+
+impl Default for TestRedis {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A tenant with one API key.
+#[derive(Debug, Clone)]
+pub struct TestTenant {
+    pub tenant_id: Uuid,
+    pub name: String,
+    pub key_id: Uuid,
+    /// The raw `mn_…` key, for clients.
+    pub api_key: String,
+}
+
+/// Creates a tenant named `name` with one key holding `permissions`.
+pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]) -> TestTenant {
+    let client = store.client().await.expect("database connection");
+    let tenant = tenants::create(&client, name)
+        .await
+        .expect("create test tenant");
+    drop(client);
+    let mut client = store.client().await.expect("database connection");
+    let tx = TenantTx::begin(&mut client, tenant.id)
+        .await
+        .expect("tenant tx");
+    let (key, raw) = api_keys::create(
+        &tx,
+        &NewKey {
+            name: "test-key".into(),
+            permissions: permissions.to_vec(),
+            default_workspace: None,
+            expires_at: None,
+        },
+    )
+    .await
+    .expect("create test key");
+    tx.commit().await.expect("commit test key");
+    TestTenant {
+        tenant_id: tenant.id,
+        name: tenant.name,
+        key_id: key.id,
+        api_key: raw,
+    }
+}
+
+/// Every permission, for keys that should be able to do anything.
+pub const ALL_PERMISSIONS: &[Permission] = &[Permission::Read, Permission::Write];

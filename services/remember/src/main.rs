@@ -1,0 +1,11 @@
+//! `mneme-remember`: the remember service as its own process.
+
+use mneme_config::{Config, ProcessEnv};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let config = Config::from_env(&ProcessEnv)?;
+    mneme_telemetry::init(&config.log);
+    let listener = tokio::net::TcpListener::bind(config.remember.grpc_addr).await?;
+    mneme_remember::run(config, listener, mneme_telemetry::shutdown_signal()).await
+}
