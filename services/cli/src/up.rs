@@ -61,14 +61,8 @@ pub async fn up(
     config.gateway.remember_url = format!("http://{}", listeners.remember.local_addr()?);
     let signer = PrincipalSigner::new(token.expose());
 
-    let store = Store::from_config(&config.database)?;
-    store
-        .check_service_role(config.database.allow_rls_bypass)
-        .await?;
-    store
-        .check_embedding_dimension(config.embedding.dim)
-        .await?;
-    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let store = Store::open(&config).await?;
+    let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
 
     let stop = CancellationToken::new();

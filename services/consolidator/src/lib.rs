@@ -168,14 +168,8 @@ impl EmbeddingWorker {
 
 /// Runs the consolidator as its own process until `shutdown`.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let store = Store::from_config(&config.database)?;
-    store
-        .check_service_role(config.database.allow_rls_bypass)
-        .await?;
-    store
-        .check_embedding_dimension(config.embedding.dim)
-        .await?;
-    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let store = Store::open(&config).await?;
+    let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
     let worker = EmbeddingWorker::new(store, embedder, config.embedding.worker_batch_size);
     let stop = CancellationToken::new();

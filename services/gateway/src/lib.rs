@@ -111,10 +111,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let token = config.require_internal_token()?;
-    let store = Store::from_config(&config.database)?;
-    store
-        .check_service_role(config.database.allow_rls_bypass)
-        .await?;
+    let store = Store::open(&config).await?;
     let backends = Backends::new(
         &config.gateway.recall_url,
         &config.gateway.remember_url,

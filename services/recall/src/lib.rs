@@ -29,15 +29,14 @@ use mneme_core::scoring::{Layer, RankedList, ScoreWeights, final_score, rrf_fuse
 use mneme_core::text::Tokenizer;
 use mneme_core::{Error, FragmentType, Permission, Principal, Result};
 use mneme_embed::{Embedder, TextKind};
-use mneme_proto::error::to_status;
-use mneme_proto::principal::{PrincipalSigner, principal};
+use mneme_proto::principal::PrincipalSigner;
+use mneme_proto::server::handle;
 use mneme_proto::v1::recall_service_server::{RecallService, RecallServiceServer};
 use mneme_proto::v1::{RecallRequest, RecallResponse, RecalledFragment};
 use mneme_store::fragments::{self, Fragment, Hit, SearchScope};
 use mneme_store::{Store, TenantTx};
 use pgvector::Vector;
 use tokio::net::TcpListener;
-use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
@@ -393,11 +392,10 @@ impl RecallService for RecallServer {
         &self,
         request: Request<RecallRequest>,
     ) -> Result<Response<RecallResponse>, Status> {
-        let principal = principal(&request)?;
-        RecallServer::recall(self, &principal, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(to_status)
+        handle(request, |principal, message| async move {
+            RecallServer::recall(self, &principal, message).await
+        })
+        .await
     }
 }
 
@@ -410,9 +408,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let service = RecallServiceServer::with_interceptor(server, signer);
-    let routes = tonic::service::Routes::new(service);
-    let name = <RecallServiceServer<RecallServer> as NamedService>::NAME;
-    mneme_proto::server::serve(routes, &[name], listener, shutdown).await?;
+    mneme_proto::server::serve_service(service, listener, shutdown).await?;
     Ok(())
 }
 
@@ -423,14 +419,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let token = config.require_internal_token()?;
-    let store = Store::from_config(&config.database)?;
-    store
-        .check_service_role(config.database.allow_rls_bypass)
-        .await?;
-    store
-        .check_embedding_dimension(config.embedding.dim)
-        .await?;
-    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let store = Store::open(&config).await?;
+    let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
     let server = RecallServer::new(store, cache, embedder, config.recall.clone());
     tracing::info!(addr = %listener.local_addr()?, "recall service listening");

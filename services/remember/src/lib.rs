@@ -20,8 +20,8 @@ use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::text::Tokenizer;
 use mneme_core::{Error, Permission, Principal, Result};
-use mneme_proto::error::to_status;
-use mneme_proto::principal::{PrincipalSigner, principal};
+use mneme_proto::principal::PrincipalSigner;
+use mneme_proto::server::handle;
 use mneme_proto::v1::remember_service_server::{RememberService, RememberServiceServer};
 use mneme_proto::v1::{
     ForgetRequest, ForgetResponse, RememberRequest, RememberResponse, WriteOutcome,
@@ -29,7 +29,6 @@ use mneme_proto::v1::{
 use mneme_store::fragments::{self, Author, ForgetOutcome};
 use mneme_store::{Store, TenantTx};
 use tokio::net::TcpListener;
-use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
@@ -158,22 +157,20 @@ impl RememberService for RememberServer {
         &self,
         request: Request<RememberRequest>,
     ) -> Result<Response<RememberResponse>, Status> {
-        let principal = principal(&request)?;
-        RememberServer::remember(self, &principal, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(to_status)
+        handle(request, |principal, message| async move {
+            RememberServer::remember(self, &principal, message).await
+        })
+        .await
     }
 
     async fn forget(
         &self,
         request: Request<ForgetRequest>,
     ) -> Result<Response<ForgetResponse>, Status> {
-        let principal = principal(&request)?;
-        RememberServer::forget(self, &principal, request.into_inner())
-            .await
-            .map(Response::new)
-            .map_err(to_status)
+        handle(request, |principal, message| async move {
+            RememberServer::forget(self, &principal, message).await
+        })
+        .await
     }
 }
 
@@ -186,9 +183,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let service = RememberServiceServer::with_interceptor(server, signer);
-    let routes = tonic::service::Routes::new(service);
-    let name = <RememberServiceServer<RememberServer> as NamedService>::NAME;
-    mneme_proto::server::serve(routes, &[name], listener, shutdown).await?;
+    mneme_proto::server::serve_service(service, listener, shutdown).await?;
     Ok(())
 }
 
@@ -199,11 +194,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let token = config.require_internal_token()?;
-    let store = Store::from_config(&config.database)?;
-    store
-        .check_service_role(config.database.allow_rls_bypass)
-        .await?;
-    let cache = Cache::connect(config.redis.url.expose(), &config.redis.prefix).await?;
+    let store = Store::open(&config).await?;
+    let cache = Cache::from_config(&config.redis).await?;
     let server = RememberServer::new(store, cache, config.remember.limits.clone());
     tracing::info!(addr = %listener.local_addr()?, "remember service listening");
     serve(

@@ -86,6 +86,11 @@ impl Cache {
         })
     }
 
+    /// Connects with the `Redis` settings.
+    pub async fn from_config(config: &mneme_config::RedisConfig) -> Result<Self, CacheError> {
+        Self::connect(config.url.expose(), &config.prefix).await
+    }
+
     fn key(&self, parts: &[&str]) -> String {
         let mut key = self.prefix.clone();
         key.push_str(&parts.join(":"));

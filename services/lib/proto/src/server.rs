@@ -2,10 +2,13 @@
 //! `grpc.health.v1` (for load balancers and Kubernetes probes, without a
 //! principal) and server reflection (for grpcurl and debugging).
 
+use std::convert::Infallible;
 use std::future::Future;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::body::Body;
+use tonic::server::NamedService;
 use tonic::service::Routes;
 use tonic::transport::Server;
 
@@ -34,4 +37,40 @@ pub async fn serve(
         .add_routes(routes)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await
+}
+
+/// Serves one gRPC service (plus health and reflection) until `shutdown`.
+pub async fn serve_service<S>(
+    service: S,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    S: tower::Service<http::Request<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Response: axum::response::IntoResponse,
+    S::Future: Send + 'static,
+{
+    serve(Routes::new(service), &[S::NAME], listener, shutdown).await
+}
+
+/// Runs one RPC handler with the request's verified principal, mapping the
+/// domain result to a gRPC response or status.
+pub async fn handle<T, R, F, Fut>(
+    request: tonic::Request<T>,
+    handler: F,
+) -> Result<tonic::Response<R>, tonic::Status>
+where
+    F: FnOnce(mneme_core::Principal, T) -> Fut,
+    Fut: Future<Output = mneme_core::Result<R>>,
+{
+    let principal = crate::principal::principal(&request)?;
+    handler(principal, request.into_inner())
+        .await
+        .map(tonic::Response::new)
+        .map_err(crate::error::to_status)
 }

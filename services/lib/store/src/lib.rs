@@ -160,6 +160,20 @@ impl Store {
         )
     }
 
+    /// Builds the pool and runs the start-up checks every service needs:
+    /// the role cannot bypass row-level security, and the embedding column
+    /// has the configured dimension.
+    pub async fn open(config: &mneme_config::Config) -> Result<Self> {
+        let store = Self::from_config(&config.database)?;
+        store
+            .check_service_role(config.database.allow_rls_bypass)
+            .await?;
+        store
+            .check_embedding_dimension(config.embedding.dim)
+            .await?;
+        Ok(store)
+    }
+
     /// A pooled connection for queries that are not tenant data (tenants,
     /// key resolution, health checks).
     pub async fn client(&self) -> Result<Object> {
