@@ -82,8 +82,7 @@ pub async fn up(
         )
     });
 
-    let remember =
-        RememberServer::new(store.clone(), cache.clone(), config.remember.limits.clone());
+    let remember = RememberServer::new(store.clone(), cache.clone(), config.remember.clone());
     let (signer_for_remember, stopped) = (signer.clone(), stop.clone().cancelled_owned());
     tasks.spawn(async move {
         (
@@ -108,13 +107,8 @@ pub async fn up(
     )?;
     let gateway_stop = stop.clone().cancelled_owned();
     tasks.spawn(async move {
-        let result = mneme_gateway::serve(
-            App::new(store, backends),
-            &config,
-            listeners.http,
-            gateway_stop,
-        )
-        .await;
+        let app = App::new(store, backends, config.gateway.public_url.clone());
+        let result = mneme_gateway::serve(app, &config, listeners.http, gateway_stop).await;
         ("gateway", result)
     });
 

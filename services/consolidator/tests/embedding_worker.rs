@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use mneme_cache::Cache;
-use mneme_core::fragment::FragmentLimits;
+use mneme_config::Config;
 use mneme_proto::v1::RememberRequest;
 use mneme_remember::RememberServer;
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
@@ -85,7 +85,7 @@ async fn a_worker_killed_mid_batch_loses_nothing() {
     let store = db.store();
     let tenant = create_tenant(&store, "bulk", ALL_PERMISSIONS).await;
     let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-    let remember = RememberServer::new(store.clone(), cache, FragmentLimits::default());
+    let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
     let caller = principal(&tenant);
     for i in 0..FRAGMENTS {
         remember

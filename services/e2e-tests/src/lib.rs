@@ -16,7 +16,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -76,11 +76,19 @@ impl Stack {
 
     /// An MCP client authenticated with `api_key`, after `initialize`.
     pub async fn mcp(&self, api_key: &str) -> Mcp {
+        self.mcp_with(api_key, ()).await
+    }
+
+    /// Like [`Stack::mcp`], with a client handler that sees notifications.
+    pub async fn mcp_with<H: ClientHandler>(&self, api_key: &str, handler: H) -> Mcp<H> {
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(self.mcp_url()).auth_header(api_key),
         );
         Mcp {
-            client: ().serve(transport).await.expect("MCP initialize succeeds"),
+            client: handler
+                .serve(transport)
+                .await
+                .expect("MCP initialize succeeds"),
         }
     }
 
@@ -92,24 +100,37 @@ impl Stack {
 }
 
 /// An initialized MCP client.
-pub struct Mcp {
-    pub client: RunningService<RoleClient, ()>,
+pub struct Mcp<H: ClientHandler = ()> {
+    pub client: RunningService<RoleClient, H>,
 }
 
-impl std::fmt::Debug for Mcp {
+impl<H: ClientHandler> std::fmt::Debug for Mcp<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Mcp")
     }
 }
 
-impl Mcp {
+impl<H: ClientHandler> Mcp<H> {
     /// Calls a tool; returns the raw result.
     pub async fn call(&self, tool: &'static str, arguments: Value) -> CallToolResult {
+        self.call_params(tool, arguments, |params| params).await
+    }
+
+    /// Calls a tool after letting `customise` change the request (to add a
+    /// progress token, say).
+    pub async fn call_params(
+        &self,
+        tool: &'static str,
+        arguments: Value,
+        customise: impl FnOnce(CallToolRequestParams) -> CallToolRequestParams,
+    ) -> CallToolResult {
         let Value::Object(arguments) = arguments else {
             panic!("tool arguments must be a JSON object");
         };
         self.client
-            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .call_tool(customise(
+                CallToolRequestParams::new(tool).with_arguments(arguments),
+            ))
             .await
             .unwrap_or_else(|e| panic!("tools/call {tool} failed at the protocol level: {e}"))
     }

@@ -16,6 +16,10 @@ use mneme_store::api_keys;
 
 use crate::App;
 use crate::error::ApiError;
+use crate::tools::Mode;
+
+/// Restricts a session to a set of tools (see [`Mode`]).
+const MODE_HEADER: &str = "x-mneme-mode";
 
 /// Query parameters that look like credentials.
 const CREDENTIAL_PARAMS: &[&str] = &["access_token", "api_key", "apikey", "key", "token"];
@@ -74,6 +78,23 @@ pub(crate) async fn require_principal(
         Ok(None) => return unauthorized("invalid, revoked or expired API key"),
         Err(error) => return ApiError(error.into()).into_response(),
     };
+    // The session's mode: the `X-Mneme-Mode` header, else the key's default.
+    let mode = match request.headers().get(MODE_HEADER) {
+        Some(value) => match value
+            .to_str()
+            .map_err(|_| ())
+            .and_then(|name| Mode::parse(name).map(|_| name).map_err(|_| ()))
+        {
+            Ok(name) => Some(name.to_owned()),
+            Err(()) => {
+                return ApiError(Error::invalid_argument(
+                    "X-Mneme-Mode must be recall-only, write-only, onboarding or audit",
+                ))
+                .into_response();
+            }
+        },
+        None => key.default_mode.filter(|name| Mode::parse(name).is_ok()),
+    };
     let session_id = request
         .headers()
         .get("mcp-session-id")
@@ -86,7 +107,7 @@ pub(crate) async fn require_principal(
         user_id: None,
         permissions: key.permissions,
         workspace: key.default_workspace,
-        mode: key.default_mode,
+        mode,
         session_id,
         agent_id: DEFAULT_AGENT_ID.to_owned(),
     });

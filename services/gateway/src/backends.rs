@@ -9,11 +9,15 @@ use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::v1::recall_service_client::RecallServiceClient;
 use mneme_proto::v1::remember_service_client::RememberServiceClient;
 use mneme_proto::v1::{
-    ForgetRequest, ForgetResponse, RecallRequest, RecallResponse, RememberRequest, RememberResponse,
+    BatchProgress, BatchRememberRequest, BatchRememberResult, ForgetRequest, ForgetResponse,
+    RecallRequest, RecallResponse, RememberRequest, RememberResponse, batch_remember_event,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+/// A future returned by progress callbacks.
+pub type ProgressFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// gRPC clients of recall and remember. Cheap to clone; channels connect
 /// lazily and reconnect by themselves.
@@ -66,6 +70,36 @@ impl Backends {
             .await
             .map(tonic::Response::into_inner)
             .map_err(|status| from_status(&status))
+    }
+
+    /// Runs a batch, passing each progress event to `on_progress`, and
+    /// returns the final result.
+    pub async fn batch_remember(
+        &self,
+        principal: &Principal,
+        message: BatchRememberRequest,
+        mut on_progress: impl FnMut(BatchProgress) -> ProgressFuture,
+    ) -> Result<BatchRememberResult, Error> {
+        let mut stream = RememberServiceClient::new(self.remember.clone())
+            .batch_remember(self.request(principal, message))
+            .await
+            .map_err(|status| from_status(&status))?
+            .into_inner();
+        while let Some(event) = stream
+            .message()
+            .await
+            .map_err(|status| from_status(&status))?
+        {
+            match event.event {
+                Some(batch_remember_event::Event::Progress(progress)) => {
+                    on_progress(progress).await
+                }
+                Some(batch_remember_event::Event::Result(result)) => return Ok(result),
+                None => {}
+            }
+        }
+        tracing::error!("batch stream ended without a result");
+        Err(Error::internal())
     }
 
     pub async fn forget(

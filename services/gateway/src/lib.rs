@@ -8,7 +8,9 @@
 //! Layout:
 //! - [`run`] / [`serve`]: process wiring and the router.
 //! - `auth`: bearer-credential middleware → [`mneme_core::Principal`].
-//! - `mcp`: the MCP server and its tools.
+//! - `tools`: the tool registry (schemas, permissions, handlers).
+//! - `mcp`: the MCP server over the registry.
+//! - `rest`: `POST /v1/tools/{name}` and `/openapi.json` over the registry.
 //! - `backends`: gRPC clients of the backend services.
 //! - `health`: `/health` (liveness) and `/ready` (dependencies).
 //! - `error`: HTTP error bodies for non-MCP routes.
@@ -22,6 +24,8 @@ mod backends;
 mod error;
 mod health;
 mod mcp;
+mod rest;
+mod tools;
 
 use std::future::Future;
 use std::time::Duration;
@@ -40,18 +44,24 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
-pub use backends::Backends;
+pub use backends::{Backends, ProgressFuture};
 
 /// Shared state of the gateway's handlers. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct App {
     store: Store,
     backends: Backends,
+    /// The gateway's public base URL, for links in responses and documents.
+    public_url: String,
 }
 
 impl App {
-    pub fn new(store: Store, backends: Backends) -> Self {
-        Self { store, backends }
+    pub fn new(store: Store, backends: Backends, public_url: String) -> Self {
+        Self {
+            store,
+            backends,
+            public_url,
+        }
     }
 }
 
@@ -63,15 +73,16 @@ pub fn router(
     config: &mneme_config::GatewayConfig,
     shutdown: CancellationToken,
 ) -> Router {
-    let mcp = Router::new()
+    let authenticated = Router::new()
         .nest_service("/mcp", mcp::service(app.backends.clone(), config, shutdown))
+        .merge(rest::routes())
         .layer(middleware::from_fn_with_state(
             app.clone(),
             auth::require_principal,
         ));
     Router::new()
         .merge(health::routes())
-        .merge(mcp)
+        .merge(authenticated)
         .with_state(app)
         .layer(
             ServiceBuilder::new()
@@ -118,7 +129,8 @@ pub async fn run(
         PrincipalSigner::new(token.expose()),
         config.gateway.backend_timeout,
     )?;
-    serve(App::new(store, backends), &config, listener, shutdown).await
+    let app = App::new(store, backends, config.gateway.public_url.clone());
+    serve(app, &config, listener, shutdown).await
 }
 
 /// How long `/ready` waits on each dependency.

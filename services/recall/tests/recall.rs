@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use mneme_cache::Cache;
-use mneme_config::{Config, RecallConfig};
+use mneme_config::Config;
 use mneme_consolidator::EmbeddingWorker;
-use mneme_core::fragment::FragmentLimits;
 use mneme_core::{ErrorCode, Permission, Principal};
 use mneme_embed::hash::HashEmbedder;
 use mneme_embed::{EmbedError, Embedder, TextKind};
@@ -44,12 +43,6 @@ struct Harness {
     worker: EmbeddingWorker,
 }
 
-fn settings() -> RecallConfig {
-    Config::from_env(&std::collections::HashMap::<&str, &str>::new())
-        .expect("default configuration")
-        .recall
-}
-
 impl Harness {
     async fn new(embedder: Arc<dyn Embedder>) -> Self {
         let db = TestDatabase::create().await;
@@ -58,8 +51,17 @@ impl Harness {
         let tenant = create_tenant(&store, "recall", ALL_PERMISSIONS).await;
         let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
         Self {
-            remember: RememberServer::new(store.clone(), cache.clone(), FragmentLimits::default()),
-            recall: RecallServer::new(store.clone(), cache, embedder.clone(), settings()),
+            remember: RememberServer::new(
+                store.clone(),
+                cache.clone(),
+                Config::defaults().remember,
+            ),
+            recall: RecallServer::new(
+                store.clone(),
+                cache,
+                embedder.clone(),
+                Config::defaults().recall,
+            ),
             worker: EmbeddingWorker::new(store, embedder, 32),
             tenant,
             _db: db,

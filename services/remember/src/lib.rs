@@ -15,49 +15,55 @@ use std::future::Future;
 use std::sync::Arc;
 
 use mneme_cache::Cache;
-use mneme_config::Config;
-use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
+use mneme_config::{Config, RememberConfig};
+use mneme_core::fragment::{PreparedFragment, RememberInput, prepare};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::text::Tokenizer;
 use mneme_core::{Error, Permission, Principal, Result};
+use mneme_proto::error::to_status;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::remember_service_server::{RememberService, RememberServiceServer};
 use mneme_proto::v1::{
-    ForgetRequest, ForgetResponse, RememberRequest, RememberResponse, WriteOutcome,
+    BatchItemResult, BatchProgress, BatchRememberEvent, BatchRememberRequest, BatchRememberResult,
+    ErrorDetail, ForgetRequest, ForgetResponse, RememberRequest, RememberResponse, WriteOutcome,
+    batch_remember_event,
 };
 use mneme_store::fragments::{self, Author, ForgetOutcome};
 use mneme_store::{Store, TenantTx};
 use tokio::net::TcpListener;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
+
+/// Progress events of a batch are sent every this many items.
+const PROGRESS_EVERY: usize = 25;
 
 /// The write-path service.
 #[derive(Debug, Clone)]
 pub struct RememberServer {
     store: Store,
     cache: Cache,
-    limits: Arc<FragmentLimits>,
+    settings: Arc<RememberConfig>,
     tokenizer: Arc<Tokenizer>,
 }
 
 impl RememberServer {
-    pub fn new(store: Store, cache: Cache, limits: FragmentLimits) -> Self {
+    pub fn new(store: Store, cache: Cache, settings: RememberConfig) -> Self {
         Self {
             store,
             cache,
-            limits: Arc::new(limits),
+            settings: Arc::new(settings),
             tokenizer: Arc::new(Tokenizer::default()),
         }
     }
 
-    /// Validates and stores one fragment.
-    pub async fn remember(
+    /// Validates a request into a fragment and its agent.
+    fn prepare(
         &self,
         principal: &Principal,
         request: RememberRequest,
-    ) -> Result<RememberResponse> {
-        principal.require(Permission::Write)?;
+    ) -> Result<(PreparedFragment, String)> {
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let input = RememberInput {
             content: request.content,
@@ -71,7 +77,126 @@ impl RememberServer {
             idempotency_key: request.idempotency_key,
             context_summary: request.context_summary,
         };
-        let fragment = prepare(input, &self.limits, &self.tokenizer)?;
+        Ok((
+            prepare(input, &self.settings.limits, &self.tokenizer)?,
+            agent_id,
+        ))
+    }
+
+    /// Stores up to `batch_max_items` fragments in one transaction. Items
+    /// that fail validation are reported and skipped; the valid ones are
+    /// stored together or not at all. `progress` receives a progress event
+    /// after validation and every few stored items.
+    pub async fn batch_remember(
+        &self,
+        principal: &Principal,
+        request: BatchRememberRequest,
+        progress: impl Fn(BatchProgress),
+    ) -> Result<BatchRememberResult> {
+        principal.require(Permission::Write)?;
+        let total = request.items.len();
+        if total == 0 {
+            return Err(Error::invalid_argument("fragments must not be empty"));
+        }
+        if total > self.settings.batch_max_items {
+            return Err(Error::invalid_argument(format!(
+                "{total} fragments in one batch; the limit is {}",
+                self.settings.batch_max_items
+            )));
+        }
+        let total_u32 = u32::try_from(total).unwrap_or(u32::MAX);
+        let mut results: Vec<BatchItemResult> = Vec::with_capacity(total);
+        let mut valid: Vec<(usize, PreparedFragment, String)> = Vec::with_capacity(total);
+        for (index, mut item) in request.items.into_iter().enumerate() {
+            if item.workspace.is_none() {
+                item.workspace.clone_from(&request.workspace);
+            }
+            if item.agent_id.is_none() {
+                item.agent_id.clone_from(&request.agent_id);
+            }
+            match self.prepare(principal, item) {
+                Ok((fragment, agent)) => valid.push((index, fragment, agent)),
+                Err(error) => results.push(BatchItemResult {
+                    index: index as u32,
+                    id: None,
+                    outcome: WriteOutcome::Unspecified as i32,
+                    error: Some(ErrorDetail {
+                        code: error.code.as_str().to_owned(),
+                        message: error.message,
+                    }),
+                }),
+            }
+        }
+        // Steps: one per item validated, one per valid item stored.
+        let steps = total_u32 + valid.len() as u32;
+        progress(BatchProgress {
+            phase: "validate".into(),
+            processed: total_u32,
+            total: steps,
+        });
+
+        let (mut created, mut existing) = (0u32, 0u32);
+        if !valid.is_empty() {
+            let mut client = self.store.client().await?;
+            let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+            for (done, (index, fragment, agent)) in valid.iter().enumerate() {
+                let author = Author {
+                    key_id: principal.key_id,
+                    agent_id: agent,
+                    session_id: principal.session_id.as_deref(),
+                };
+                let written = fragments::insert(&tx, author, fragment).await?;
+                let outcome = outcome_of(written.outcome);
+                if outcome == WriteOutcome::Created {
+                    created += 1;
+                } else {
+                    existing += 1;
+                }
+                results.push(BatchItemResult {
+                    index: *index as u32,
+                    id: Some(written.id.to_string()),
+                    outcome: outcome as i32,
+                    error: None,
+                });
+                if (done + 1) % PROGRESS_EVERY == 0 {
+                    progress(BatchProgress {
+                        phase: "store".into(),
+                        processed: total_u32 + (done + 1) as u32,
+                        total: steps,
+                    });
+                }
+            }
+            tx.commit().await?;
+            progress(BatchProgress {
+                phase: "store".into(),
+                processed: steps,
+                total: steps,
+            });
+            if created > 0 {
+                self.cache
+                    .wake_embedding_worker(&principal.tenant_id.to_string())
+                    .await;
+            }
+        }
+        results.sort_by_key(|r| r.index);
+        let rejected = total_u32 - created - existing;
+        tracing::info!(tenant.id = %principal.tenant_id, created, existing, rejected, "batch remembered");
+        Ok(BatchRememberResult {
+            results,
+            created,
+            existing,
+            rejected,
+        })
+    }
+
+    /// Validates and stores one fragment.
+    pub async fn remember(
+        &self,
+        principal: &Principal,
+        request: RememberRequest,
+    ) -> Result<RememberResponse> {
+        principal.require(Permission::Write)?;
+        let (fragment, agent_id) = self.prepare(principal, request)?;
 
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
@@ -83,16 +208,12 @@ impl RememberServer {
         let written = fragments::insert(&tx, author, &fragment).await?;
         tx.commit().await?;
 
-        let outcome = match written.outcome {
-            fragments::WriteOutcome::Created => {
-                self.cache
-                    .wake_embedding_worker(&principal.tenant_id.to_string())
-                    .await;
-                WriteOutcome::Created
-            }
-            fragments::WriteOutcome::Duplicate => WriteOutcome::Duplicate,
-            fragments::WriteOutcome::Replayed => WriteOutcome::Replayed,
-        };
+        let outcome = outcome_of(written.outcome);
+        if outcome == WriteOutcome::Created {
+            self.cache
+                .wake_embedding_worker(&principal.tenant_id.to_string())
+                .await;
+        }
         tracing::info!(
             tenant.id = %principal.tenant_id,
             fragment.id = %written.id,
@@ -151,8 +272,48 @@ impl RememberServer {
     }
 }
 
+fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
+    match outcome {
+        fragments::WriteOutcome::Created => WriteOutcome::Created,
+        fragments::WriteOutcome::Duplicate => WriteOutcome::Duplicate,
+        fragments::WriteOutcome::Replayed => WriteOutcome::Replayed,
+    }
+}
+
 #[tonic::async_trait]
 impl RememberService for RememberServer {
+    type BatchRememberStream = ReceiverStream<Result<BatchRememberEvent, Status>>;
+
+    async fn batch_remember(
+        &self,
+        request: Request<BatchRememberRequest>,
+    ) -> Result<Response<Self::BatchRememberStream>, Status> {
+        let principal = mneme_proto::principal::principal(&request)?;
+        // Refuse before streaming, so a denied call is a plain error.
+        principal.require(Permission::Write).map_err(to_status)?;
+        let (sender, receiver) = tokio::sync::mpsc::channel(16);
+        let server = self.clone();
+        let message = request.into_inner();
+        tokio::spawn(async move {
+            let progress_sender = sender.clone();
+            let outcome = server
+                .batch_remember(&principal, message, |progress| {
+                    // A slow or gone client only misses progress, never the result.
+                    let _ = progress_sender.try_send(Ok(BatchRememberEvent {
+                        event: Some(batch_remember_event::Event::Progress(progress)),
+                    }));
+                })
+                .await;
+            let last = outcome
+                .map(|result| BatchRememberEvent {
+                    event: Some(batch_remember_event::Event::Result(result)),
+                })
+                .map_err(to_status);
+            let _ = sender.send(last).await;
+        });
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
     async fn remember(
         &self,
         request: Request<RememberRequest>,
@@ -196,7 +357,7 @@ pub async fn run(
     let token = config.require_internal_token()?;
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
-    let server = RememberServer::new(store, cache, config.remember.limits.clone());
+    let server = RememberServer::new(store, cache, config.remember.clone());
     tracing::info!(addr = %listener.local_addr()?, "remember service listening");
     serve(
         server,

@@ -2,7 +2,7 @@
 //! health, validation, redaction and idempotency.
 
 use mneme_cache::Cache;
-use mneme_core::fragment::FragmentLimits;
+use mneme_config::Config;
 use mneme_core::{Permission, Principal};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::v1::remember_service_client::RememberServiceClient;
@@ -31,7 +31,7 @@ async fn start() -> Running {
     let store = db.store();
     let tenant = create_tenant(&store, "writes", ALL_PERMISSIONS).await;
     let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-    let server = RememberServer::new(store, cache, FragmentLimits::default());
+    let server = RememberServer::new(store, cache, Config::defaults().remember);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();

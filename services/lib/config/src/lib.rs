@@ -234,6 +234,7 @@ pub struct RecallConfig {
 pub struct RememberConfig {
     pub grpc_addr: SocketAddr,
     pub limits: FragmentLimits,
+    pub batch_max_items: usize,
 }
 
 /// Which embedding provider to use.
@@ -454,6 +455,7 @@ impl Config {
                 redact_pii: r.flag(settings::REDACT_PII),
                 ..FragmentLimits::default()
             },
+            batch_max_items: r.positive(settings::BATCH_MAX_ITEMS),
         };
 
         let data_dir = data_dir(env, &mut r);
@@ -506,6 +508,11 @@ impl Config {
 }
 
 impl Config {
+    /// Every setting at its documented default (for tests and tools).
+    pub fn defaults() -> Self {
+        Self::from_env(&HashMap::<&str, &str>::new()).expect("the documented defaults are valid")
+    }
+
     /// The internal token, which separately deployed services require.
     pub fn require_internal_token(&self) -> Result<&Secret, ConfigError> {
         self.internal_token.as_ref().ok_or_else(|| ConfigError {

@@ -104,6 +104,8 @@ settings! {
             "Longest content, in characters, of a fragment of any type but `episode`; longer content is rejected with an explanation, never truncated.";
         MAX_EPISODE_CHARS = "MNEME_MAX_EPISODE_CHARS", Some("1000"),
             "Longest content, in characters, of an `episode` fragment.";
+        BATCH_MAX_ITEMS = "MNEME_BATCH_MAX_ITEMS", Some("200"),
+            "Most fragments one `batch_remember` call may store (all in one transaction).";
         REDACT_PII = "MNEME_REDACT_PII", Some("true"),
             "Replace e-mail addresses and phone numbers in stored content (secrets such as API keys and passwords are always redacted).";
     }

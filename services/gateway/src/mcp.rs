@@ -1,0 +1,185 @@
+//! The MCP endpoint: rmcp's Streamable HTTP service in front of the tool
+//! registry.
+//!
+//! `tools/list` shows the tools the caller may use; `tools/call` runs one
+//! through [`Registry::call`], which checks permission and mode on every
+//! call. Argument and domain errors are tool results with `isError: true`
+//! (MCP 2025-11-25, SEP-1303) so the model can read and correct them; only
+//! protocol faults become JSON-RPC errors (see
+//! [`mneme_core::ErrorCode::jsonrpc_code`]).
+
+use std::sync::Arc;
+
+use mneme_core::{Error, Principal};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::backends::Backends;
+use crate::tools::{ProgressSink, REGISTRY, ToolContext};
+
+/// Instructions sent in `initialize`: how an agent should use the tools.
+const INSTRUCTIONS: &str = "mneme is your long-term memory. Call `recall` before answering \
+questions about the user, their projects, preferences or past decisions. Call `remember` \
+for each durable, self-contained fact worth keeping (one fact per call, pronouns resolved, \
+concrete names and numbers). Call `forget` for memories that are wrong or obsolete.";
+
+/// The MCP server: one instance per session, sharing the backend clients.
+#[derive(Debug, Clone)]
+pub(crate) struct McpServer {
+    backends: Backends,
+}
+
+/// The principal the auth middleware stored on the HTTP request.
+fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorData> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>())
+        .cloned()
+        .ok_or_else(|| {
+            ErrorData::new(
+                rmcp::model::ErrorCode(-32001),
+                "request is not authenticated",
+                None,
+            )
+        })
+}
+
+/// Forwards tool progress as `notifications/progress` to the client.
+struct McpProgress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+impl ProgressSink for McpProgress {
+    fn report(
+        &self,
+        done: u64,
+        total: Option<u64>,
+        message: Option<String>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let mut param = ProgressNotificationParam::new(self.token.clone(), done as f64);
+            param.total = total.map(|t| t as f64);
+            param.message = message;
+            // A client that went away does not fail the tool call.
+            let _ = self.peer.notify_progress(param).await;
+        })
+    }
+}
+
+/// A tool error as MCP reports it: a tool result for argument and domain
+/// errors, a JSON-RPC error for protocol faults.
+pub(crate) fn tool_error(error: Error) -> Result<CallToolResponse, ErrorData> {
+    let Error { code, message } = error;
+    let body = json!({"error": {"code": code.as_str(), "message": message}});
+    match code.jsonrpc_code() {
+        None => Ok(CallToolResult::error(vec![ContentBlock::text(body.to_string())]).into()),
+        Some(jsonrpc) => Err(ErrorData::new(
+            rmcp::model::ErrorCode(jsonrpc),
+            message,
+            Some(body),
+        )),
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("mneme", env!("CARGO_PKG_VERSION"))
+                    .with_title("mneme long-term memory"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let principal = principal(&context)?;
+        Ok(ListToolsResult::with_all_items(
+            REGISTRY
+                .visible(&principal)
+                .map(|tool| tool.to_mcp())
+                .collect(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        REGISTRY.get(name).map(|tool| tool.to_mcp())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if REGISTRY.get(&request.name).is_none() {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool `{}`", request.name),
+                None,
+            ));
+        }
+        let principal = principal(&context)?;
+        let progress = context.meta.get_progress_token().map(|token| {
+            Arc::new(McpProgress {
+                peer: context.peer.clone(),
+                token,
+            }) as Arc<dyn ProgressSink>
+        });
+        let tool_context = ToolContext {
+            backends: self.backends.clone(),
+            principal,
+            progress,
+        };
+        match REGISTRY
+            .call(
+                &request.name,
+                tool_context,
+                request.arguments.unwrap_or_default(),
+            )
+            .await
+        {
+            Ok(value) => Ok(CallToolResult::structured(value).into()),
+            Err(error) => tool_error(error),
+        }
+    }
+}
+
+/// The Streamable HTTP service mounted at `/mcp`.
+pub(crate) fn service(
+    backends: Backends,
+    config: &mneme_config::GatewayConfig,
+    shutdown: CancellationToken,
+) -> StreamableHttpService<McpServer, LocalSessionManager> {
+    let mut http = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(config.allowed_hosts.clone())
+        .with_max_request_body_bytes(config.max_body_bytes)
+        .with_cancellation_token(shutdown);
+    http = if config.allowed_origins.is_empty() {
+        http.disable_allowed_origins()
+    } else {
+        http.with_allowed_origins(config.allowed_origins.clone())
+            .enforce_origin_validation()
+    };
+    StreamableHttpService::new(
+        move || {
+            Ok(McpServer {
+                backends: backends.clone(),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        http,
+    )
+}

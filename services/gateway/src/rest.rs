@@ -1,0 +1,191 @@
+//! The REST facade over the tool registry, for scripts and ChatGPT GPT
+//! Actions: `POST /v1/tools/{name}` with the tool's arguments as the JSON
+//! body, and `GET /openapi.json` describing the tools the caller may use.
+//! Same authentication, same checks and same handlers as MCP.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use mneme_core::{Error, ErrorCode, Principal};
+use serde_json::{Map, Value, json};
+
+use crate::App;
+use crate::error::ApiError;
+use crate::tools::{REGISTRY, ToolContext, ToolSpec};
+
+pub(crate) fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/tools/{name}", post(call_tool))
+        .route("/openapi.json", get(openapi))
+}
+
+async fn call_tool(
+    State(app): State<App>,
+    Extension(principal): Extension<Principal>,
+    Path(name): Path<String>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if REGISTRY.get(&name).is_none() {
+        return ApiError(Error::new(
+            ErrorCode::NotFound,
+            format!("unknown tool `{name}`"),
+        ))
+        .into_response();
+    }
+    let arguments = match body.map(|Json(value)| value) {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(arguments)) => arguments,
+        Some(_) => {
+            return ApiError(Error::invalid_argument(
+                "the request body must be a JSON object of tool arguments",
+            ))
+            .into_response();
+        }
+    };
+    let context = ToolContext {
+        backends: app.backends.clone(),
+        principal,
+        progress: None,
+    };
+    match REGISTRY.call(&name, context, arguments).await {
+        Ok(result) => (StatusCode::OK, Json(result)).into_response(),
+        Err(error) => ApiError(error).into_response(),
+    }
+}
+
+/// OpenAPI 3.1 for the caller's tools, generated from the registry.
+async fn openapi(
+    State(app): State<App>,
+    Extension(principal): Extension<Principal>,
+) -> Json<Value> {
+    Json(openapi_document(
+        &app.public_url,
+        REGISTRY.visible(&principal),
+    ))
+}
+
+/// Moves a schema's `$defs` into `components` (OpenAPI resolves `$ref`
+/// against the whole document, not the schema).
+fn hoist_definitions(schema: &Value, components: &mut Map<String, Value>) -> Value {
+    fn rewrite(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(reference)) = map.get_mut("$ref")
+                    && let Some(name) = reference.strip_prefix("#/$defs/")
+                {
+                    *reference = format!("#/components/schemas/{name}");
+                }
+                map.values_mut().for_each(rewrite);
+            }
+            Value::Array(items) => items.iter_mut().for_each(rewrite),
+            _ => {}
+        }
+    }
+    let mut schema = schema.clone();
+    if let Value::Object(map) = &mut schema {
+        map.remove("$schema");
+        if let Some(Value::Object(definitions)) = map.remove("$defs") {
+            for (name, mut definition) in definitions {
+                rewrite(&mut definition);
+                components.insert(name, definition);
+            }
+        }
+    }
+    rewrite(&mut schema);
+    schema
+}
+
+fn openapi_document<'a>(public_url: &str, tools: impl Iterator<Item = &'a ToolSpec>) -> Value {
+    let mut components = Map::new();
+    components.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}}
+            }}
+        }),
+    );
+    let mut paths = Map::new();
+    for tool in tools {
+        let input = hoist_definitions(
+            &Value::Object((*tool.input_schema).clone()),
+            &mut components,
+        );
+        let output = hoist_definitions(
+            &Value::Object((*tool.output_schema).clone()),
+            &mut components,
+        );
+        let error = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+        paths.insert(
+            format!("/v1/tools/{}", tool.name),
+            json!({"post": {
+                "operationId": tool.name,
+                "summary": tool.title,
+                "description": tool.description,
+                "x-mneme-permission": tool.permission.as_str(),
+                "requestBody": {"required": true, "content": {"application/json": {"schema": input}}},
+                "responses": {
+                    "200": {"description": "the tool's result", "content": {"application/json": {"schema": output}}},
+                    "400": error, "401": error, "403": error, "404": error, "429": error, "503": error
+                }
+            }}),
+        );
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "mneme", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Long-term memory tools. The same tools are available over MCP at /mcp."},
+        "servers": [{"url": public_url}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "An mneme API key (mn_…)"}}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_move_to_components_and_references_follow() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"kind": {"$ref": "#/$defs/Kind"}},
+            "$defs": {"Kind": {"type": "string", "enum": ["a", "b"]}}
+        });
+        let mut components = Map::new();
+        let hoisted = hoist_definitions(&schema, &mut components);
+        assert_eq!(
+            hoisted["properties"]["kind"]["$ref"],
+            "#/components/schemas/Kind"
+        );
+        assert!(hoisted.get("$defs").is_none() && hoisted.get("$schema").is_none());
+        assert_eq!(components["Kind"]["enum"], json!(["a", "b"]));
+    }
+
+    #[test]
+    fn the_document_has_one_operation_per_tool_and_no_dangling_references() {
+        let document = openapi_document("https://m.example", REGISTRY.tools());
+        let paths = document["paths"].as_object().unwrap();
+        assert_eq!(paths.len(), REGISTRY.tools().count());
+        let text = document.to_string();
+        for reference in text.split("\"$ref\":\"").skip(1) {
+            let target = reference.split('"').next().unwrap();
+            let name = target.strip_prefix("#/components/schemas/").expect(target);
+            assert!(
+                document["components"]["schemas"].get(name).is_some(),
+                "{target}"
+            );
+        }
+    }
+}

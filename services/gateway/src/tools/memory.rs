@@ -1,0 +1,413 @@
+//! The long-term memory tools: `remember`, `recall`, `forget`.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use mneme_core::Error;
+use mneme_proto::v1;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ToolContext, ToolSpec};
+
+/// Kinds of fragments.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum FragmentKind {
+    Fact,
+    Decision,
+    Error,
+    Preference,
+    Procedure,
+    Relation,
+    Episode,
+}
+
+impl FragmentKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Fact => "fact",
+            Self::Decision => "decision",
+            Self::Error => "error",
+            Self::Preference => "preference",
+            Self::Procedure => "procedure",
+            Self::Relation => "relation",
+            Self::Episode => "episode",
+        }
+    }
+}
+
+/// Arguments of `remember`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RememberArgs {
+    /// One self-contained fact: resolve pronouns, name concrete entities and
+    /// numbers, one topic per call, cause and effect together. At most 300
+    /// characters (1000 for `episode`).
+    pub content: String,
+    /// Short subject label, reused across related memories (e.g. "deploy",
+    /// "user-preferences").
+    pub topic: String,
+    /// What kind of knowledge this is.
+    #[serde(rename = "type")]
+    pub kind: FragmentKind,
+    /// Search keywords; extracted automatically when omitted.
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    /// 0–1. Defaults by type; capped per type unless `isAnchor`.
+    pub importance: Option<f32>,
+    /// Core knowledge that never decays or expires.
+    #[serde(default)]
+    pub is_anchor: bool,
+    /// Where this came from (a URL, a file, a conversation).
+    pub source: Option<String>,
+    /// Sub-partition of the key's memories; defaults to the key's workspace.
+    pub workspace: Option<String>,
+    /// The agent this memory belongs to; defaults to the shared agent.
+    pub agent_id: Option<String>,
+    /// Retrying with the same key returns the first result instead of storing twice.
+    pub idempotency_key: Option<String>,
+    /// The surrounding situation, kept with the fragment.
+    pub context_summary: Option<String>,
+}
+
+/// Result of `remember`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RememberResult {
+    /// Id of the stored (or already existing) fragment.
+    pub id: String,
+    /// `created`, `duplicate` (same content already stored) or `replayed`
+    /// (same idempotency key seen before).
+    pub outcome: String,
+    pub keywords: Vec<String>,
+    pub importance: f32,
+    pub ttl_tier: String,
+    /// Secrets or personal data replaced before storing.
+    pub redactions: u32,
+}
+
+/// Arguments of `batch_remember`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BatchRememberArgs {
+    /// The memories, each with the arguments of `remember` (at most 200).
+    pub fragments: Vec<RememberArgs>,
+    /// Workspace for items that name none.
+    pub workspace: Option<String>,
+    /// Agent for items that name none.
+    pub agent_id: Option<String>,
+}
+
+/// The outcome of one item of a batch.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BatchItem {
+    /// Position of the item in `fragments`.
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `created`, `duplicate`, `replayed`, or `rejected` (see `error`).
+    pub outcome: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ItemError>,
+}
+
+/// Why an item was rejected.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ItemError {
+    pub code: String,
+    pub message: String,
+}
+
+/// Result of `batch_remember`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BatchRememberResult {
+    pub results: Vec<BatchItem>,
+    pub created: u32,
+    /// Items that matched a stored memory (same content or idempotency key).
+    pub existing: u32,
+    pub rejected: u32,
+}
+
+/// Arguments of `recall`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RecallArgs {
+    /// Natural-language question or description of what to find (any language).
+    pub text: Option<String>,
+    /// Exact keywords to match.
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    /// Only memories with exactly this topic.
+    pub topic: Option<String>,
+    /// Only memories of this kind.
+    #[serde(rename = "type")]
+    pub kind: Option<FragmentKind>,
+    /// Maximum number of memories (default 10, at most 50).
+    pub limit: Option<u32>,
+    /// Maximum estimated tokens of returned content (default 2000).
+    pub token_budget: Option<u32>,
+    /// Workspace to search besides global memories; defaults to the key's.
+    pub workspace: Option<String>,
+    /// Agent whose memories to search besides the shared ones.
+    pub agent_id: Option<String>,
+}
+
+/// One recalled memory.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RecalledMemory {
+    pub id: String,
+    pub content: String,
+    pub topic: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub keywords: Vec<String>,
+    pub importance: f32,
+    pub ttl_tier: String,
+    pub is_anchor: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// RFC 3339 creation time.
+    pub created_at: String,
+    /// Ranking score (higher is better).
+    pub score: f64,
+    /// Cosine similarity to `text`, when semantic search found it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<f32>,
+    /// Search layers that found it: vector, fulltext, keyword.
+    pub matched_by: Vec<String>,
+}
+
+/// Result of `recall`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RecallResult {
+    pub fragments: Vec<RecalledMemory>,
+    pub count: usize,
+    /// Estimated tokens of the returned content.
+    pub total_tokens: u32,
+    /// True when memories were left out to stay within `tokenBudget`.
+    pub truncated_by_budget: bool,
+    /// Search layers that ran.
+    pub layers: Vec<String>,
+}
+
+/// Arguments of `forget`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForgetArgs {
+    /// Id of the memory to delete.
+    pub id: String,
+    /// Required to delete permanent memories and anchors.
+    #[serde(default)]
+    pub force: bool,
+    pub agent_id: Option<String>,
+}
+
+/// Result of `forget`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForgetResult {
+    pub deleted: u32,
+    /// Kept because permanent or anchored; call again with `force: true`.
+    pub protected: u32,
+}
+
+fn outcome_name(outcome: i32) -> &'static str {
+    match v1::WriteOutcome::try_from(outcome) {
+        Ok(v1::WriteOutcome::Created) => "created",
+        Ok(v1::WriteOutcome::Duplicate) => "duplicate",
+        Ok(v1::WriteOutcome::Replayed) => "replayed",
+        _ => "rejected",
+    }
+}
+
+fn remember_request(args: RememberArgs) -> v1::RememberRequest {
+    v1::RememberRequest {
+        content: args.content,
+        topic: args.topic,
+        r#type: args.kind.as_str().to_owned(),
+        keywords: args.keywords,
+        importance: args.importance,
+        is_anchor: args.is_anchor,
+        source: args.source,
+        workspace: args.workspace,
+        agent_id: args.agent_id,
+        idempotency_key: args.idempotency_key,
+        context_summary: args.context_summary,
+    }
+}
+
+fn rfc3339(unix_ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(unix_ms)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+pub(super) fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new(
+            "remember",
+            "Remember",
+            "Store one durable memory: a fact, decision, error, preference, procedure, relation or \
+             episode. Write self-contained sentences (no 'it'/'this'), one fact per call. Returns the \
+             memory id; storing the same content again returns the existing id.",
+            remember,
+        )
+        .writes(true),
+        ToolSpec::new(
+            "batch_remember",
+            "Remember many",
+            "Store up to 200 memories in one call and one transaction (same arguments as `remember` \
+             per item). Invalid items are reported one by one; the valid ones are all stored or none \
+             is. Sends progress notifications when the request carries a progress token.",
+            batch_remember,
+        )
+        .writes(true),
+        ToolSpec::new(
+            "recall",
+            "Recall",
+            "Search long-term memory by meaning (text, any language), keywords, topic or type. \
+             Returns the most relevant memories first, within a token budget. With no arguments, \
+             returns the most important recent memories.",
+            recall,
+        ),
+        ToolSpec::new(
+            "forget",
+            "Forget",
+            "Delete one memory by id. Permanent memories and anchors need `force: true`. Use it for \
+             memories that are wrong or obsolete.",
+            forget,
+        )
+        .destroys(true),
+    ]
+}
+
+async fn remember(context: ToolContext, args: RememberArgs) -> Result<RememberResult, Error> {
+    let response = context
+        .backends
+        .remember(&context.principal, remember_request(args))
+        .await?;
+    Ok(RememberResult {
+        outcome: outcome_name(response.outcome).to_owned(),
+        id: response.id,
+        keywords: response.keywords,
+        importance: response.importance,
+        ttl_tier: response.ttl_tier,
+        redactions: response.redactions,
+    })
+}
+
+async fn batch_remember(
+    context: ToolContext,
+    args: BatchRememberArgs,
+) -> Result<BatchRememberResult, Error> {
+    let request = v1::BatchRememberRequest {
+        items: args.fragments.into_iter().map(remember_request).collect(),
+        workspace: args.workspace,
+        agent_id: args.agent_id,
+    };
+    let sink = context.progress.clone();
+    let result = context
+        .backends
+        .batch_remember(&context.principal, request, move |progress| {
+            let sink = sink.clone();
+            Box::pin(async move {
+                if let Some(sink) = sink {
+                    let message = format!(
+                        "{}: {}/{}",
+                        progress.phase, progress.processed, progress.total
+                    );
+                    sink.report(
+                        u64::from(progress.processed),
+                        Some(u64::from(progress.total)),
+                        Some(message),
+                    )
+                    .await;
+                }
+            })
+        })
+        .await?;
+    Ok(BatchRememberResult {
+        results: result
+            .results
+            .into_iter()
+            .map(|item| BatchItem {
+                index: item.index,
+                id: item.id,
+                outcome: outcome_name(item.outcome).to_owned(),
+                error: item.error.map(|e| ItemError {
+                    code: e.code,
+                    message: e.message,
+                }),
+            })
+            .collect(),
+        created: result.created,
+        existing: result.existing,
+        rejected: result.rejected,
+    })
+}
+
+async fn recall(context: ToolContext, args: RecallArgs) -> Result<RecallResult, Error> {
+    let response = context
+        .backends
+        .recall(
+            &context.principal,
+            v1::RecallRequest {
+                text: args.text,
+                keywords: args.keywords,
+                topic: args.topic,
+                r#type: args.kind.map(|k| k.as_str().to_owned()),
+                limit: args.limit,
+                token_budget: args.token_budget,
+                workspace: args.workspace,
+                agent_id: args.agent_id,
+            },
+        )
+        .await?;
+    let fragments: Vec<RecalledMemory> = response
+        .fragments
+        .into_iter()
+        .map(|f| RecalledMemory {
+            created_at: rfc3339(f.created_at_unix_ms),
+            id: f.id,
+            content: f.content,
+            topic: f.topic,
+            kind: f.r#type,
+            keywords: f.keywords,
+            importance: f.importance,
+            ttl_tier: f.ttl_tier,
+            is_anchor: f.is_anchor,
+            workspace: f.workspace,
+            score: f.score,
+            similarity: f.similarity,
+            matched_by: f.matched_by,
+        })
+        .collect();
+    Ok(RecallResult {
+        count: fragments.len(),
+        fragments,
+        total_tokens: response.total_tokens,
+        truncated_by_budget: response.truncated_by_budget,
+        layers: response.layers,
+    })
+}
+
+async fn forget(context: ToolContext, args: ForgetArgs) -> Result<ForgetResult, Error> {
+    let response = context
+        .backends
+        .forget(
+            &context.principal,
+            v1::ForgetRequest {
+                id: args.id,
+                force: args.force,
+                agent_id: args.agent_id,
+            },
+        )
+        .await?;
+    Ok(ForgetResult {
+        deleted: response.deleted,
+        protected: response.protected,
+    })
+}
