@@ -68,7 +68,19 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
             name,
             permissions,
             workspace,
+            fragment_limit,
         } => {
+            let fragment_limit = match fragment_limit.as_deref() {
+                None => config.remember.default_fragment_limit,
+                Some("unlimited" | "none") => None,
+                Some(value) => Some(value.parse::<i32>().ok().filter(|n| *n >= 0).ok_or_else(
+                    || {
+                        anyhow::anyhow!(
+                            "--fragment-limit must be a non-negative number or `unlimited`"
+                        )
+                    },
+                )?),
+            };
             let permissions =
                 Permission::parse_list(&permissions).map_err(|e| anyhow::anyhow!(e.message))?;
             let tenant_id = tenant_id(&store, &tenant).await?;
@@ -80,6 +92,7 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
                     name: name.clone(),
                     permissions,
                     default_workspace: workspace,
+                    fragment_limit,
                     expires_at: None,
                 },
             )

@@ -67,6 +67,10 @@ pub enum KeysCommand {
         /// Default workspace of requests made with this key.
         #[arg(long)]
         workspace: Option<String>,
+        /// Most valid fragments the key may hold (`unlimited` for no limit);
+        /// defaults to MNEME_DEFAULT_FRAGMENT_LIMIT.
+        #[arg(long)]
+        fragment_limit: Option<String>,
     },
     /// List a tenant's keys (never their secrets).
     List {

@@ -61,7 +61,7 @@ async fn an_agent_remembers_recalls_by_meaning_in_english_and_korean_and_forgets
     let tools = mcp.client.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["forget", "recall", "remember"]);
+    assert_eq!(names, ["batch_remember", "forget", "recall", "remember"]);
     for tool in &tools {
         let annotations = tool.annotations.as_ref().expect("annotations");
         assert!(annotations.title.is_some());

@@ -6,13 +6,17 @@
 //! are accepted only in the `Authorization` header: one in the query string
 //! would end up in access logs, so such requests are refused outright.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mneme_core::principal::DEFAULT_AGENT_ID;
 use mneme_core::{Error, Principal};
-use mneme_store::api_keys;
+use mneme_store::api_keys::{self, Authenticated};
+use mneme_store::{Store, StoreError};
 
 use crate::App;
 use crate::error::ApiError;
@@ -20,6 +24,56 @@ use crate::tools::Mode;
 
 /// Restricts a session to a set of tools (see [`Mode`]).
 const MODE_HEADER: &str = "x-mneme-mode";
+
+/// Resolves API keys, remembering verified ones for a short while so a busy
+/// session does not cost a database round trip per request.
+#[derive(Clone)]
+pub(crate) struct KeyResolver {
+    store: Store,
+    /// Verified keys by SHA-256 of the raw key; `None` when caching is off.
+    cache: Option<moka::sync::Cache<[u8; 32], Arc<Authenticated>>>,
+}
+
+impl std::fmt::Debug for KeyResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyResolver")
+            .field("cached", &self.cache.is_some())
+            .finish()
+    }
+}
+
+/// Verified keys a pod keeps at most.
+const KEY_CACHE_CAPACITY: u64 = 10_000;
+
+impl KeyResolver {
+    pub(crate) fn new(store: Store, ttl: Duration) -> Self {
+        let cache = (!ttl.is_zero()).then(|| {
+            moka::sync::Cache::builder()
+                .max_capacity(KEY_CACHE_CAPACITY)
+                .time_to_live(ttl)
+                .build()
+        });
+        Self { store, cache }
+    }
+
+    /// The verified key, or `None` for any credential that must not pass.
+    /// Only successes are cached, so a wrong key costs a lookup every time.
+    async fn resolve(&self, raw: &str) -> Result<Option<Arc<Authenticated>>, StoreError> {
+        let digest = mneme_core::api_key::hash(raw);
+        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(&digest)) {
+            return Ok(Some(hit));
+        }
+        let mut client = self.store.client().await?;
+        let Some(found) = api_keys::authenticate(&mut client, raw).await? else {
+            return Ok(None);
+        };
+        let found = Arc::new(found);
+        if let Some(cache) = &self.cache {
+            cache.insert(digest, Arc::clone(&found));
+        }
+        Ok(Some(found))
+    }
+}
 
 /// Query parameters that look like credentials.
 const CREDENTIAL_PARAMS: &[&str] = &["access_token", "api_key", "apikey", "key", "token"];
@@ -69,15 +123,12 @@ pub(crate) async fn require_principal(
     let Some(token) = bearer(&request) else {
         return unauthorized("missing bearer credentials: send `Authorization: Bearer <API key>`");
     };
-    let key = match app.store.client().await {
-        Ok(mut client) => api_keys::authenticate(&mut client, token).await,
-        Err(error) => Err(error),
-    };
-    let key = match key {
-        Ok(Some(key)) => key,
+    let found = match app.keys.resolve(token).await {
+        Ok(Some(found)) => found,
         Ok(None) => return unauthorized("invalid, revoked or expired API key"),
         Err(error) => return ApiError(error.into()).into_response(),
     };
+    let key = &found.key;
     // The session's mode: the `X-Mneme-Mode` header, else the key's default.
     let mode = match request.headers().get(MODE_HEADER) {
         Some(value) => match value
@@ -93,7 +144,10 @@ pub(crate) async fn require_principal(
                 .into_response();
             }
         },
-        None => key.default_mode.filter(|name| Mode::parse(name).is_ok()),
+        None => key
+            .default_mode
+            .clone()
+            .filter(|name| Mode::parse(name).is_ok()),
     };
     let session_id = request
         .headers()
@@ -103,10 +157,10 @@ pub(crate) async fn require_principal(
     request.extensions_mut().insert(Principal {
         tenant_id: key.tenant_id,
         key_id: key.id,
-        group_key_ids: Vec::new(),
+        group_key_ids: found.group_key_ids.clone(),
         user_id: None,
-        permissions: key.permissions,
-        workspace: key.default_workspace,
+        permissions: key.permissions.clone(),
+        workspace: key.default_workspace.clone(),
         mode,
         session_id,
         agent_id: DEFAULT_AGENT_ID.to_owned(),

@@ -50,17 +50,19 @@ pub use backends::{Backends, ProgressFuture};
 #[derive(Debug, Clone)]
 pub struct App {
     store: Store,
+    keys: auth::KeyResolver,
     backends: Backends,
     /// The gateway's public base URL, for links in responses and documents.
     public_url: String,
 }
 
 impl App {
-    pub fn new(store: Store, backends: Backends, public_url: String) -> Self {
+    pub fn new(store: Store, backends: Backends, config: &mneme_config::GatewayConfig) -> Self {
         Self {
+            keys: auth::KeyResolver::new(store.clone(), config.auth_cache),
             store,
             backends,
-            public_url,
+            public_url: config.public_url.clone(),
         }
     }
 }
@@ -129,7 +131,7 @@ pub async fn run(
         PrincipalSigner::new(token.expose()),
         config.gateway.backend_timeout,
     )?;
-    let app = App::new(store, backends, config.gateway.public_url.clone());
+    let app = App::new(store, backends, &config.gateway);
     serve(app, &config, listener, shutdown).await
 }
 

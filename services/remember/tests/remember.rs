@@ -223,3 +223,384 @@ async fn writes_are_validated_redacted_and_idempotent() {
     assert_eq!(again.code(), Code::NotFound);
     running.stop.cancel();
 }
+
+mod write_path {
+    use super::*;
+    use mneme_cache::Cache;
+    use mneme_store::{TenantTx, api_keys};
+
+    struct Harness {
+        db: TestDatabase,
+        tenant: TestTenant,
+        server: RememberServer,
+        cache: Cache,
+    }
+
+    async fn harness() -> Harness {
+        let db = TestDatabase::create().await;
+        let redis = TestRedis::new();
+        let store = db.store();
+        let tenant = create_tenant(&store, "writer", ALL_PERMISSIONS).await;
+        let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+        let server = RememberServer::new(store, cache.clone(), Config::defaults().remember);
+        Harness {
+            db,
+            tenant,
+            server,
+            cache,
+        }
+    }
+
+    impl Harness {
+        fn who(&self, session: Option<&str>) -> Principal {
+            let mut principal = principal(&self.tenant, ALL_PERMISSIONS);
+            principal.workspace = None;
+            principal.session_id = session.map(str::to_owned);
+            principal
+        }
+
+        async fn remember(
+            &self,
+            session: Option<&str>,
+            request: RememberRequest,
+        ) -> mneme_proto::v1::RememberResponse {
+            self.server
+                .remember(&self.who(session), request)
+                .await
+                .unwrap()
+        }
+
+        async fn count(&self, condition: &str) -> i64 {
+            self.db
+                .count_in_tenant(self.tenant.tenant_id, condition)
+                .await
+        }
+
+        async fn scalar(&self, sql: &str) -> i64 {
+            let mut client = self.db.owner_client().await;
+            let tx = client.transaction().await.unwrap();
+            tx.execute(
+                "SELECT set_config('mneme.tenant_id', $1, true)",
+                &[&self.tenant.tenant_id.to_string()],
+            )
+            .await
+            .unwrap();
+            tx.query_one(sql, &[]).await.unwrap().get(0)
+        }
+    }
+
+    fn kind(content: &str, kind: &str, topic: &str) -> RememberRequest {
+        RememberRequest {
+            content: content.into(),
+            topic: topic.into(),
+            r#type: kind.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn links_supersession_and_their_warnings() {
+        let h = harness().await;
+        let old = h
+            .remember(
+                None,
+                kind(
+                    "The staging database runs PostgreSQL 14.",
+                    "fact",
+                    "staging",
+                ),
+            )
+            .await;
+        let other = h
+            .remember(
+                None,
+                kind(
+                    "Staging is deployed from the release branch.",
+                    "fact",
+                    "deploys",
+                ),
+            )
+            .await;
+        let new = h
+            .remember(
+                None,
+                RememberRequest {
+                    linked_to: vec![other.id.clone(), uuid::Uuid::new_v4().to_string()],
+                    supersedes: vec![old.id.clone()],
+                    ..kind(
+                        "The staging database runs PostgreSQL 16 since the upgrade.",
+                        "fact",
+                        "staging",
+                    )
+                },
+            )
+            .await;
+        assert_eq!(new.superseded, vec![old.id.clone()]);
+        assert!(new.links_created >= 1);
+        assert_eq!(new.warnings.len(), 1, "{:?}", new.warnings);
+        assert!(new.warnings[0].contains("linkedTo"));
+        assert_eq!(
+            h.count(&format!(
+                "id = '{}' AND valid_to IS NOT NULL AND importance < 0.3",
+                old.id
+            ))
+            .await,
+            1
+        );
+        let links = h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.fragment_links
+                  WHERE (from_id = '{}' AND to_id = '{}' AND relation_type = 'superseded_by')
+                     OR (from_id = '{}' AND to_id = '{}' AND relation_type = 'related')",
+                old.id, new.id, new.id, other.id
+            ))
+            .await;
+        assert_eq!(links, 2);
+        // Same topic within a day: a temporal link, weighted by closeness.
+        let temporal = h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.fragment_links WHERE from_id = '{}' AND relation_type = 'temporal'",
+                new.id
+            ))
+            .await;
+        assert_eq!(
+            temporal, 0,
+            "the superseded fragment is no longer valid, so it is not a neighbour"
+        );
+        let sibling = h
+            .remember(
+                None,
+                kind(
+                    "Staging backups are taken every six hours.",
+                    "fact",
+                    "staging",
+                ),
+            )
+            .await;
+        let temporal = h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.fragment_links WHERE from_id = '{}' AND to_id = '{}' AND relation_type = 'temporal'",
+                sibling.id, new.id
+            ))
+            .await;
+        assert_eq!(temporal, 1);
+    }
+
+    async fn set_limit(h: &Harness, limit: Option<i32>) {
+        let mut client = h.db.store().client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
+            .await
+            .unwrap();
+        assert!(
+            api_keys::set_fragment_limit(&tx, h.tenant.key_id, limit)
+                .await
+                .unwrap()
+        );
+        tx.commit().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn dry_runs_report_without_writing_and_conflicts_are_read_only() {
+        let h = harness().await;
+        set_limit(&h, Some(100)).await;
+        let stored = h
+            .remember(
+                None,
+                kind(
+                    "Release builds are signed with the ops GPG key.",
+                    "fact",
+                    "release",
+                ),
+            )
+            .await;
+        let dry = h
+            .remember(
+                None,
+                RememberRequest {
+                    dry_run: true,
+                    ..kind(
+                        "Release builds are signed with the ops GPG key every night.",
+                        "fact",
+                        "release",
+                    )
+                },
+            )
+            .await;
+        assert!(dry.dry_run && dry.id.is_empty());
+        assert_eq!(dry.conflicts.len(), 1);
+        assert_eq!(dry.conflicts[0].id, stored.id);
+        assert!(dry.conflicts[0].overlap >= 0.5);
+        let quota = dry.quota.expect("dry runs report the quota");
+        assert_eq!(quota.limit, Some(100));
+        assert_eq!(quota.used, 1);
+        assert_eq!(h.count("true").await, 1, "a dry run writes nothing");
+        assert_eq!(
+            h.scalar("SELECT count(*) FROM mneme.fragment_links").await,
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn the_quota_is_exact_near_the_limit_and_counts_batches() {
+        let h = harness().await;
+        set_limit(&h, Some(3)).await;
+        for i in 0..3 {
+            h.remember(
+                None,
+                kind(
+                    &format!("Quota test fact number {i} is stored."),
+                    "fact",
+                    "quota",
+                ),
+            )
+            .await;
+        }
+        let over = h
+            .server
+            .remember(
+                &h.who(None),
+                kind("Quota test fact number 3 is one too many.", "fact", "quota"),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(over.code, mneme_core::ErrorCode::QuotaExceeded);
+        assert!(over.message.contains("3 of its 3"), "{}", over.message);
+        let batch = h
+            .server
+            .batch_remember(
+                &h.who(None),
+                mneme_proto::v1::BatchRememberRequest {
+                    items: vec![kind(
+                        "A batch cannot exceed the quota either.",
+                        "fact",
+                        "quota",
+                    )],
+                    ..Default::default()
+                },
+                |_| {},
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(batch.code, mneme_core::ErrorCode::QuotaExceeded);
+        assert_eq!(h.count("true").await, 3);
+    }
+
+    #[tokio::test]
+    async fn errors_of_a_session_and_topic_form_a_case_with_events() {
+        let h = harness().await;
+        let first = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "The nightly import crashed with out-of-memory.",
+                    "error",
+                    "import",
+                ),
+            )
+            .await;
+        let case_id = first.case_id.clone().expect("an error opens a case");
+        let second = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "The import crashed again after the retry at 03:10.",
+                    "error",
+                    "import",
+                ),
+            )
+            .await;
+        let fix = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "Raising the import worker memory to 4 GiB fixed it.",
+                    "procedure",
+                    "import",
+                ),
+            )
+            .await;
+        assert_eq!(second.case_id.as_deref(), Some(case_id.as_str()));
+        assert_eq!(fix.case_id.as_deref(), Some(case_id.as_str()));
+        // Another session or topic gets a case of its own.
+        let elsewhere = h
+            .remember(
+                Some("s-2"),
+                kind(
+                    "The nightly import crashed on a malformed row.",
+                    "error",
+                    "import",
+                ),
+            )
+            .await;
+        assert_ne!(elsewhere.case_id, first.case_id);
+        let events = h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.case_events WHERE case_id = '{case_id}'
+                   AND event_type IN ('error_observed', 'fix_attempted')"
+            ))
+            .await;
+        assert_eq!(events, 3);
+        let chain = h
+            .scalar("SELECT count(*) FROM mneme.case_event_edges WHERE edge_type = 'preceded_by'")
+            .await;
+        assert_eq!(chain, 2);
+        // A fact carries no case unless it names one.
+        let fact = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "The import reads from the billing replica.",
+                    "fact",
+                    "import",
+                ),
+            )
+            .await;
+        assert_eq!(fact.case_id, None);
+    }
+
+    #[tokio::test]
+    async fn session_scope_goes_to_working_memory_only() {
+        let h = harness().await;
+        let response = h
+            .remember(
+                Some("s-9"),
+                RememberRequest {
+                    scope: Some("session".into()),
+                    ..kind(
+                        "Currently debugging the flaky login test on CI.",
+                        "fact",
+                        "focus",
+                    )
+                },
+            )
+            .await;
+        assert_eq!(
+            (response.scope.as_str(), response.ttl_tier.as_str()),
+            ("session", "session")
+        );
+        assert_eq!(h.count("true").await, 0);
+        let memory = h
+            .cache
+            .working_memory(&h.tenant.tenant_id.to_string(), "s-9")
+            .await
+            .unwrap();
+        assert_eq!(memory.len(), 1);
+        assert_eq!(memory[0].id, response.id);
+        let no_session = h
+            .server
+            .remember(
+                &h.who(None),
+                RememberRequest {
+                    scope: Some("session".into()),
+                    ..kind(
+                        "Without a session there is no working memory.",
+                        "fact",
+                        "focus",
+                    )
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(no_session.code, mneme_core::ErrorCode::InvalidArgument);
+    }
+}

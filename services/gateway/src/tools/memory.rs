@@ -67,22 +67,127 @@ pub(crate) struct RememberArgs {
     pub idempotency_key: Option<String>,
     /// The surrounding situation, kept with the fragment.
     pub context_summary: Option<String>,
+    /// Ids of memories to link to as `related`.
+    #[serde(default)]
+    pub linked_to: Vec<String>,
+    /// `permanent` (default) or `session`: kept only in this session's
+    /// working memory (see `context`), never stored for good.
+    pub scope: Option<Scope>,
+    /// Ids of memories this one replaces; they stop being valid (see
+    /// `recall`'s `includeSuperseded` and `asOf`).
+    #[serde(default)]
+    pub supersedes: Vec<String>,
+    /// The case (problem being worked on) this belongs to; errors,
+    /// decisions and procedures of a session and topic get one automatically.
+    pub case_id: Option<String>,
+    /// What the case is trying to achieve.
+    pub goal: Option<String>,
+    /// How the case ended.
+    pub outcome: Option<String>,
+    /// Stage of the work, e.g. "investigation", "fix", "verification".
+    pub phase: Option<String>,
+    pub resolution_status: Option<ResolutionStatusArg>,
+    /// How certain this is (default `observed`).
+    pub assertion_status: Option<AssertionStatusArg>,
+    /// Emotional tone (default `neutral`).
+    pub affect: Option<AffectArg>,
+    /// When it happened (RFC 3339), if not now.
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// Validate and report what would be stored, without storing anything.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Scope {
+    Permanent,
+    Session,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ResolutionStatusArg {
+    Open,
+    Resolved,
+    Abandoned,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AssertionStatusArg {
+    Observed,
+    Inferred,
+    Verified,
+    Rejected,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AffectArg {
+    Neutral,
+    Frustration,
+    Confidence,
+    Surprise,
+    Doubt,
+    Satisfaction,
+}
+
+/// The wire name of a unit-variant enum argument.
+fn wire_name(value: impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 /// Result of `remember`.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RememberResult {
-    /// Id of the stored (or already existing) fragment.
-    pub id: String,
-    /// `created`, `duplicate` (same content already stored) or `replayed`
-    /// (same idempotency key seen before).
+    /// Id of the stored (or already existing) fragment; absent on dry runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `created`, `duplicate` (same content already stored), `replayed`
+    /// (same idempotency key seen before) or `simulated` (dry run).
     pub outcome: String,
+    /// `permanent` or `session`.
+    pub scope: String,
     pub keywords: Vec<String>,
     pub importance: f32,
     pub ttl_tier: String,
     /// Secrets or personal data replaced before storing.
     pub redactions: u32,
+    /// Stored memories saying much the same: check whether one should be
+    /// amended or superseded instead.
+    pub conflicts: Vec<ConflictHint>,
+    /// Things to look at (unknown link targets, low importance, quota).
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub case_id: Option<String>,
+    /// Ids that stopped being valid because of `supersedes`.
+    pub superseded: Vec<String>,
+    pub links_created: u32,
+    /// The key's quota (dry runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaInfo>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ConflictHint {
+    pub id: String,
+    /// The first 100 characters.
+    pub content: String,
+    /// Share of the new memory's terms it also contains (0–1).
+    pub overlap: f32,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct QuotaInfo {
+    /// Absent when unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    pub used: u64,
 }
 
 /// Arguments of `batch_remember`.
@@ -236,6 +341,22 @@ fn remember_request(args: RememberArgs) -> v1::RememberRequest {
         agent_id: args.agent_id,
         idempotency_key: args.idempotency_key,
         context_summary: args.context_summary,
+        linked_to: args.linked_to,
+        scope: args.scope.map(|s| match s {
+            Scope::Permanent => "permanent".to_owned(),
+            Scope::Session => "session".to_owned(),
+        }),
+        supersedes: args.supersedes,
+        case_id: args.case_id,
+        goal: args.goal,
+        outcome: args.outcome,
+        phase: args.phase,
+        resolution_status: args.resolution_status.map(wire_name),
+        assertion_status: args.assertion_status.map(wire_name),
+        affect: args.affect.map(wire_name),
+        dry_run: args.dry_run,
+        occurred_at_unix_ms: args.occurred_at.map(|at| at.timestamp_millis()),
+        session_id: None,
     }
 }
 
@@ -290,12 +411,34 @@ async fn remember(context: ToolContext, args: RememberArgs) -> Result<RememberRe
         .remember(&context.principal, remember_request(args))
         .await?;
     Ok(RememberResult {
-        outcome: outcome_name(response.outcome).to_owned(),
-        id: response.id,
+        outcome: if response.dry_run {
+            "simulated".to_owned()
+        } else {
+            outcome_name(response.outcome).to_owned()
+        },
+        id: (!response.id.is_empty()).then_some(response.id),
+        scope: response.scope,
         keywords: response.keywords,
         importance: response.importance,
         ttl_tier: response.ttl_tier,
         redactions: response.redactions,
+        conflicts: response
+            .conflicts
+            .into_iter()
+            .map(|c| ConflictHint {
+                id: c.id,
+                content: c.content,
+                overlap: c.overlap,
+            })
+            .collect(),
+        warnings: response.warnings,
+        case_id: response.case_id,
+        superseded: response.superseded,
+        links_created: response.links_created,
+        quota: response.quota.map(|q| QuotaInfo {
+            limit: q.limit,
+            used: q.used,
+        }),
     })
 }
 

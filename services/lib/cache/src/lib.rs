@@ -6,9 +6,10 @@
 //! and the caller carries on against PostgreSQL. Commands time out quickly
 //! so an unreachable Redis cannot stall a request.
 //!
-//! Layout: [`Cache`] (connection, key naming, health), query-embedding
-//! cache, and the embedding wake-up channel ([`Cache::wake_embedding_worker`],
-//! [`WakeListener`]).
+//! Layout: [`Cache`] (connection, key naming, health), the query-embedding
+//! cache, quota counts, session working memory ([`WorkingMemoryItem`]), ids
+//! already shown to a session, and the embedding wake-up channel
+//! ([`Cache::wake_embedding_worker`], [`WakeListener`]).
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -164,6 +165,160 @@ impl Cache {
             messages,
         })
     }
+}
+
+/// Increments a counter only if it exists, so an expired count is rebuilt
+/// exactly instead of restarting from zero.
+const INCR_IF_EXISTS: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return false
+"#;
+
+impl Cache {
+    fn quota_key(&self, tenant: &str, key: &str) -> String {
+        self.key(&["quota", tenant, key])
+    }
+
+    /// The cached number of valid fragments of a key, if fresh.
+    pub async fn quota_count(&self, tenant: &str, key: &str) -> Option<i64> {
+        self.client
+            .get::<Option<i64>, _>(self.quota_key(tenant, key))
+            .await
+            .unwrap_or_else(|error| {
+                tracing::debug!(%error, "quota cache read failed");
+                None
+            })
+    }
+
+    /// Caches an exact count for `ttl`.
+    pub async fn set_quota_count(&self, tenant: &str, key: &str, count: i64, ttl: Duration) {
+        let expiry = Expiration::EX(ttl.as_secs().max(1) as i64);
+        if let Err(error) = self
+            .client
+            .set::<(), _, _>(
+                self.quota_key(tenant, key),
+                count,
+                Some(expiry),
+                None,
+                false,
+            )
+            .await
+        {
+            tracing::debug!(%error, "quota cache write failed");
+        }
+    }
+
+    /// Adds `n` to a cached count that exists (best effort).
+    pub async fn add_quota_count(&self, tenant: &str, key: &str, n: i64) {
+        let script = fred::types::scripts::Script::from_lua(INCR_IF_EXISTS);
+        let result: Result<Option<i64>, _> = script
+            .evalsha_with_reload(&self.client, vec![self.quota_key(tenant, key)], vec![n])
+            .await;
+        if let Err(error) = result {
+            tracing::debug!(%error, "quota cache increment failed");
+        }
+    }
+
+    fn working_memory_key(&self, tenant: &str, session: &str) -> String {
+        self.key(&["wm", tenant, session])
+    }
+
+    /// Appends an item to a session's working memory, then drops the oldest
+    /// items until the estimated tokens fit `max_tokens` (the newest item
+    /// always stays). Fails when Redis is unavailable: working memory lives
+    /// nowhere else.
+    pub async fn push_working_memory(
+        &self,
+        tenant: &str,
+        session: &str,
+        item: &WorkingMemoryItem,
+        max_tokens: usize,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        let key = self.working_memory_key(tenant, session);
+        let encoded = serde_json::to_string(item).expect("working-memory items serialise");
+        let _: () = self.client.rpush(&key, encoded).await?;
+        let items = self.working_memory(tenant, session).await?;
+        let mut total: usize = items.iter().map(|i| i.tokens as usize).sum();
+        let mut drop = 0;
+        while total > max_tokens && drop + 1 < items.len() {
+            total -= items[drop].tokens as usize;
+            drop += 1;
+        }
+        if drop > 0 {
+            let _: () = self.client.ltrim(&key, drop as i64, -1).await?;
+        }
+        let _: () = self
+            .client
+            .expire(&key, ttl.as_secs().max(1) as i64, None)
+            .await?;
+        Ok(())
+    }
+
+    /// A session's working memory, oldest first.
+    pub async fn working_memory(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<Vec<WorkingMemoryItem>, CacheError> {
+        let raw: Vec<String> = self
+            .client
+            .lrange(self.working_memory_key(tenant, session), 0, -1)
+            .await?;
+        Ok(raw
+            .iter()
+            .filter_map(|item| serde_json::from_str(item).ok())
+            .collect())
+    }
+
+    fn seen_key(&self, tenant: &str, session: &str) -> String {
+        self.key(&["seen", tenant, session])
+    }
+
+    /// Records fragment ids already shown to a session (best effort).
+    pub async fn mark_seen(&self, tenant: &str, session: &str, ids: &[String], ttl: Duration) {
+        if ids.is_empty() {
+            return;
+        }
+        let key = self.seen_key(tenant, session);
+        let result: Result<(), _> = async {
+            let _: () = self.client.sadd(&key, ids.to_vec()).await?;
+            self.client
+                .expire::<(), _>(&key, ttl.as_secs().max(1) as i64, None)
+                .await
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::debug!(%error, "seen-ids write failed");
+        }
+    }
+
+    /// Fragment ids already shown to a session; empty when unknown.
+    pub async fn seen(&self, tenant: &str, session: &str) -> std::collections::HashSet<String> {
+        self.client
+            .smembers(self.seen_key(tenant, session))
+            .await
+            .unwrap_or_else(|error| {
+                tracing::debug!(%error, "seen-ids read failed");
+                std::collections::HashSet::new()
+            })
+    }
+}
+
+/// One item of a session's working memory.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkingMemoryItem {
+    pub id: String,
+    pub content: String,
+    pub topic: String,
+    #[serde(rename = "type")]
+    pub fragment_type: String,
+    pub keywords: Vec<String>,
+    pub importance: f32,
+    pub tokens: u32,
+    pub created_at_unix_ms: i64,
 }
 
 /// Receives tenant ids published by [`Cache::wake_embedding_worker`].

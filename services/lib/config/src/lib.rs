@@ -208,6 +208,7 @@ pub struct GatewayConfig {
     pub remember_url: String,
     pub backend_timeout: Duration,
     pub max_body_bytes: usize,
+    pub auth_cache: Duration,
 }
 
 impl GatewayConfig {
@@ -235,6 +236,16 @@ pub struct RememberConfig {
     pub grpc_addr: SocketAddr,
     pub limits: FragmentLimits,
     pub batch_max_items: usize,
+    /// Quota of new keys; `None` is unlimited.
+    pub default_fragment_limit: Option<i32>,
+    pub quota_exact_ratio: f64,
+    pub conflict_min_overlap: f64,
+    pub proactive_links: bool,
+    pub proactive_link_overlap: f64,
+    pub temporal_link_hours: f64,
+    pub temporal_link_max: usize,
+    pub working_memory_tokens: usize,
+    pub working_memory_ttl: Duration,
 }
 
 /// Which embedding provider to use.
@@ -402,6 +413,7 @@ impl Config {
             remember_url,
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
             max_body_bytes: r.positive(settings::MAX_BODY_BYTES),
+            auth_cache: Duration::from_secs(r.value(settings::AUTH_CACHE_SECS)),
         };
 
         let internal_token = r.raw(settings::INTERNAL_TOKEN).map(Secret::new);
@@ -456,7 +468,25 @@ impl Config {
                 ..FragmentLimits::default()
             },
             batch_max_items: r.positive(settings::BATCH_MAX_ITEMS),
+            default_fragment_limit: match r.raw(settings::DEFAULT_FRAGMENT_LIMIT).as_deref() {
+                Some("unlimited" | "none") | None => None,
+                Some(_) => r.optional::<i32>(settings::DEFAULT_FRAGMENT_LIMIT),
+            },
+            quota_exact_ratio: r.value(settings::QUOTA_EXACT_RATIO),
+            conflict_min_overlap: r.value(settings::CONFLICT_MIN_OVERLAP),
+            proactive_links: r.flag(settings::PROACTIVE_LINKS),
+            proactive_link_overlap: r.value(settings::PROACTIVE_LINK_OVERLAP),
+            temporal_link_hours: r.value(settings::TEMPORAL_LINK_HOURS),
+            temporal_link_max: r.value(settings::TEMPORAL_LINK_MAX),
+            working_memory_tokens: r.positive(settings::WORKING_MEMORY_TOKENS),
+            working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),
         };
+        if !(0.0..=1.0).contains(&remember.quota_exact_ratio) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::QUOTA_EXACT_RATIO.name
+            ));
+        }
 
         let data_dir = data_dir(env, &mut r);
         let dim = r.positive(settings::EMBED_DIM);

@@ -64,6 +64,8 @@ settings! {
             "gRPC endpoint of the remember service, as seen from the gateway.";
         BACKEND_TIMEOUT_MS = "MNEME_BACKEND_TIMEOUT_MS", Some("10000"),
             "Deadline of each gateway→backend gRPC call, in milliseconds; propagated to the backend.";
+        AUTH_CACHE_SECS = "MNEME_AUTH_CACHE_SECS", Some("10"),
+            "Seconds a gateway pod reuses a verified API key (and its key groups) before checking the database again; a revoked key stops working within this time. 0 checks every request.";
         MAX_BODY_BYTES = "MNEME_MAX_BODY_BYTES", Some("2097152"),
             "Largest accepted HTTP request body, in bytes (413 above it).";
     }
@@ -104,8 +106,26 @@ settings! {
             "Longest content, in characters, of a fragment of any type but `episode`; longer content is rejected with an explanation, never truncated.";
         MAX_EPISODE_CHARS = "MNEME_MAX_EPISODE_CHARS", Some("1000"),
             "Longest content, in characters, of an `episode` fragment.";
+        DEFAULT_FRAGMENT_LIMIT = "MNEME_DEFAULT_FRAGMENT_LIMIT", Some("10000"),
+            "Valid fragments a new API key may hold unless its creator sets another limit; `unlimited` for none. Writes beyond it fail with `quota_exceeded`.";
+        QUOTA_EXACT_RATIO = "MNEME_QUOTA_EXACT_RATIO", Some("0.9"),
+            "Below this share of its quota a key's writes are checked against a cached count (cheap); above it, against an exact count under a lock on the key.";
         BATCH_MAX_ITEMS = "MNEME_BATCH_MAX_ITEMS", Some("200"),
             "Most fragments one `batch_remember` call may store (all in one transaction).";
+        CONFLICT_MIN_OVERLAP = "MNEME_CONFLICT_MIN_OVERLAP", Some("0.5"),
+            "`remember` lists stored fragments sharing at least this share of the new fragment's search terms as possible conflicts (read-only; nothing is changed).";
+        PROACTIVE_LINKS = "MNEME_PROACTIVE_LINKS", Some("true"),
+            "Link a new fragment (`related`) to fragments of the same key sharing most of its keywords.";
+        PROACTIVE_LINK_OVERLAP = "MNEME_PROACTIVE_LINK_OVERLAP", Some("0.5"),
+            "Share of a new fragment's keywords another fragment must also carry to be linked proactively.";
+        TEMPORAL_LINK_HOURS = "MNEME_TEMPORAL_LINK_HOURS", Some("24"),
+            "A new fragment is linked (`temporal`) to fragments of the same key, agent and topic created within this many hours; 0 turns it off.";
+        TEMPORAL_LINK_MAX = "MNEME_TEMPORAL_LINK_MAX", Some("5"),
+            "Most temporal links per new fragment.";
+        WORKING_MEMORY_TOKENS = "MNEME_WORKING_MEMORY_TOKENS", Some("500"),
+            "Estimated tokens a session's working memory (`remember` with `scope: session`) keeps; the oldest items go first.";
+        WORKING_MEMORY_TTL_SECS = "MNEME_WORKING_MEMORY_TTL_SECS", Some("86400"),
+            "How long a session's working memory lives after its last write.";
         REDACT_PII = "MNEME_REDACT_PII", Some("true"),
             "Replace e-mail addresses and phone numbers in stored content (secrets such as API keys and passwords are always redacted).";
     }

@@ -9,6 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::LazyLock;
 
+use chrono::{DateTime, Utc};
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
@@ -73,6 +74,75 @@ string_enum! {
         Warm => "warm",
         Cold => "cold",
         Permanent => "permanent",
+    }
+}
+
+string_enum! {
+    /// Whether the problem a fragment belongs to is settled.
+    ResolutionStatus {
+        Open => "open",
+        Resolved => "resolved",
+        Abandoned => "abandoned",
+    }
+}
+
+string_enum! {
+    /// How sure the agent is of a fragment.
+    AssertionStatus {
+        Observed => "observed",
+        Inferred => "inferred",
+        Verified => "verified",
+        Rejected => "rejected",
+    }
+}
+
+string_enum! {
+    /// The emotional tone attached to a memory.
+    Affect {
+        Neutral => "neutral",
+        Frustration => "frustration",
+        Confidence => "confidence",
+        Surprise => "surprise",
+        Doubt => "doubt",
+        Satisfaction => "satisfaction",
+    }
+}
+
+string_enum! {
+    /// Relations between fragments.
+    RelationType {
+        Related => "related",
+        CausedBy => "caused_by",
+        ResolvedBy => "resolved_by",
+        PartOf => "part_of",
+        Contradicts => "contradicts",
+        SupersededBy => "superseded_by",
+        CoRetrieved => "co_retrieved",
+        Temporal => "temporal",
+    }
+}
+
+impl RelationType {
+    /// The relations agents may create with `link`; the others are made by
+    /// mneme itself.
+    pub const USER: &'static [RelationType] = &[
+        RelationType::Related,
+        RelationType::CausedBy,
+        RelationType::ResolvedBy,
+        RelationType::PartOf,
+        RelationType::Contradicts,
+    ];
+
+    /// Directional relations, where a cycle would be a contradiction in
+    /// terms (A caused B caused A).
+    pub const fn is_directional(self) -> bool {
+        matches!(
+            self,
+            RelationType::CausedBy
+                | RelationType::ResolvedBy
+                | RelationType::PartOf
+                | RelationType::SupersededBy
+        )
     }
 }
 
@@ -155,6 +225,39 @@ pub struct RememberInput {
     pub workspace: Option<String>,
     pub idempotency_key: Option<String>,
     pub context_summary: Option<String>,
+    pub case_id: Option<String>,
+    pub goal: Option<String>,
+    pub outcome: Option<String>,
+    pub phase: Option<String>,
+    pub resolution_status: Option<String>,
+    pub assertion_status: Option<String>,
+    pub affect: Option<String>,
+    /// When the remembered thing happened, if known.
+    pub occurred_at: Option<DateTime<Utc>>,
+}
+
+/// Case metadata of a fragment (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaseFields {
+    pub case_id: Option<String>,
+    pub goal: Option<String>,
+    pub outcome: Option<String>,
+    pub phase: Option<String>,
+    pub resolution_status: Option<ResolutionStatus>,
+}
+
+/// Parses an optional enum argument, naming the argument in the error.
+fn parse_optional<T: FromStr<Err = Error>>(
+    field: &str,
+    value: Option<String>,
+) -> Result<Option<T>> {
+    match non_empty(value) {
+        None => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|e: Error| Error::invalid_argument(format!("{field}: {}", e.message))),
+    }
 }
 
 /// A validated fragment, ready to insert.
@@ -173,6 +276,10 @@ pub struct PreparedFragment {
     pub workspace: Option<String>,
     pub idempotency_key: Option<String>,
     pub context_summary: Option<String>,
+    pub case: CaseFields,
+    pub assertion_status: AssertionStatus,
+    pub affect: Affect,
+    pub occurred_at: Option<DateTime<Utc>>,
     pub estimated_tokens: u32,
     /// `tsvector` literal of content, topic and keywords.
     pub search_lexemes: String,
@@ -265,6 +372,20 @@ pub fn prepare(
         &context_summary,
         limits.max_context_summary_chars,
     )?;
+    let case = CaseFields {
+        case_id: non_empty(input.case_id),
+        goal: non_empty(input.goal),
+        outcome: non_empty(input.outcome),
+        phase: non_empty(input.phase),
+        resolution_status: parse_optional("resolutionStatus", input.resolution_status)?,
+    };
+    check_len("caseId", &case.case_id, limits.max_idempotency_key_chars)?;
+    check_len("goal", &case.goal, limits.max_context_summary_chars)?;
+    check_len("outcome", &case.outcome, limits.max_context_summary_chars)?;
+    check_len("phase", &case.phase, 50)?;
+    let assertion_status = parse_optional("assertionStatus", input.assertion_status)?
+        .unwrap_or(AssertionStatus::Observed);
+    let affect = parse_optional("affect", input.affect)?.unwrap_or(Affect::Neutral);
 
     let mut keywords: Vec<String> = Vec::new();
     for keyword in &input.keywords {
@@ -318,6 +439,10 @@ pub fn prepare(
         workspace,
         idempotency_key,
         context_summary,
+        case,
+        assertion_status,
+        affect,
+        occurred_at: input.occurred_at,
         redactions: redacted.replaced,
     })
 }
@@ -437,6 +562,29 @@ mod tests {
         let mut i = input("A valid sentence about coffee.", "fact");
         i.importance = Some(1.5);
         assert!(err(i).contains("between 0 and 1"));
+    }
+
+    #[test]
+    fn case_fields_and_statuses_are_validated() {
+        let mut i = input("The payment webhook failed with a 502.", "error");
+        i.case_id = Some(" case-7 ".into());
+        i.resolution_status = Some("open".into());
+        i.affect = Some("frustration".into());
+        let f = prep(i).unwrap();
+        assert_eq!(f.case.case_id.as_deref(), Some("case-7"));
+        assert_eq!(f.case.resolution_status, Some(ResolutionStatus::Open));
+        assert_eq!(
+            (f.affect, f.assertion_status),
+            (Affect::Frustration, AssertionStatus::Observed)
+        );
+        let mut bad = input("The payment webhook failed with a 502.", "error");
+        bad.affect = Some("anger".into());
+        assert!(
+            prep(bad)
+                .unwrap_err()
+                .message
+                .starts_with("affect: unknown Affect")
+        );
     }
 
     #[test]

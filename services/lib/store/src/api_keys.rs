@@ -64,6 +64,8 @@ pub struct NewKey {
     pub name: String,
     pub permissions: Vec<Permission>,
     pub default_workspace: Option<String>,
+    /// Most valid fragments the key may hold; `None` is unlimited.
+    pub fragment_limit: Option<i32>,
     pub expires_at: Option<DateTime<Utc>>,
 }
 
@@ -77,8 +79,8 @@ pub async fn create(tx: &TenantTx<'_>, new: &NewKey) -> Result<(ApiKey, String)>
             &format!(
                 "INSERT INTO mneme.api_keys
                      (id, tenant_id, name, key_prefix, secret_hash, permissions,
-                      default_workspace, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                      default_workspace, expires_at, fragment_limit)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  RETURNING {COLUMNS}"
             ),
             &[
@@ -90,6 +92,7 @@ pub async fn create(tx: &TenantTx<'_>, new: &NewKey) -> Result<(ApiKey, String)>
                 &permissions,
                 &new.default_workspace,
                 &new.expires_at,
+                &new.fragment_limit,
             ],
         )
         .await?;
@@ -119,10 +122,18 @@ pub async fn revoke(tx: &TenantTx<'_>, key_id: Uuid) -> Result<bool> {
     Ok(updated == 1)
 }
 
+/// A verified key and the keys it shares memories with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    pub key: ApiKey,
+    /// Other keys of the key's groups (see [`crate::key_groups::peers`]).
+    pub group_key_ids: Vec<Uuid>,
+}
+
 /// Looks up and verifies a raw key. `None` for anything that must not
 /// authenticate: malformed, unknown, wrong secret, revoked, expired, or of a
 /// suspended tenant — callers answer all of these the same way.
-pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<ApiKey>> {
+pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<Authenticated>> {
     let Some(prefix) = api_key::parse_prefix(raw) else {
         return Ok(None);
     };
@@ -143,7 +154,6 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<ApiKe
             &[&prefix],
         )
         .await?;
-    tx.commit().await?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -154,5 +164,46 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<ApiKe
         && key.status == "active"
         && tenant_status == "active"
         && key.expires_at.is_none_or(|at| at > Utc::now());
-    Ok(usable.then_some(key))
+    if !usable {
+        return Ok(None);
+    }
+    // The key is proven; its tenant's group memberships become visible.
+    tx.execute(
+        "SELECT set_config('mneme.tenant_id', $1, true)",
+        &[&key.tenant_id.to_string()],
+    )
+    .await?;
+    let group_key_ids = crate::key_groups::peers(&tx, key.tenant_id, key.id).await?;
+    tx.commit().await?;
+    Ok(Some(Authenticated { key, group_key_ids }))
+}
+
+/// The key's fragment quota (`None`: unlimited). With `lock`, the key row is
+/// locked until the transaction ends, so writers near the limit take turns
+/// and the count they check cannot change under them.
+pub async fn fragment_limit(tx: &TenantTx<'_>, key_id: Uuid, lock: bool) -> Result<Option<i32>> {
+    let sql = if lock {
+        "SELECT fragment_limit FROM mneme.api_keys WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+    } else {
+        "SELECT fragment_limit FROM mneme.api_keys WHERE tenant_id = $1 AND id = $2"
+    };
+    Ok(tx
+        .query_opt(sql, &[&tx.tenant_id(), &key_id])
+        .await?
+        .and_then(|row| row.get(0)))
+}
+
+/// Sets the key's fragment quota (`None`: unlimited).
+pub async fn set_fragment_limit(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    limit: Option<i32>,
+) -> Result<bool> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.api_keys SET fragment_limit = $3 WHERE tenant_id = $1 AND id = $2",
+            &[&tx.tenant_id(), &key_id, &limit],
+        )
+        .await?
+        == 1)
 }

@@ -65,9 +65,10 @@ pub async fn insert(
             "INSERT INTO mneme.fragments
                  (tenant_id, id, key_id, agent_id, session_id, workspace, content, content_hash,
                   topic, keywords, type, importance, ttl_tier, is_anchor, source, idempotency_key,
-                  context_summary, estimated_tokens, search_tsv)
+                  context_summary, estimated_tokens, search_tsv, case_id, goal, outcome, phase,
+                  resolution_status, assertion_status, affect, occurred_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                     $18, $19::text::tsvector)
+                     $18, $19::text::tsvector, $20, $21, $22, $23, $24, $25, $26, $27)
              ON CONFLICT DO NOTHING
              RETURNING id, importance, ttl_tier, keywords",
             &[
@@ -90,6 +91,14 @@ pub async fn insert(
                 &fragment.context_summary,
                 &(fragment.estimated_tokens as i32),
                 &fragment.search_lexemes,
+                &fragment.case.case_id,
+                &fragment.case.goal,
+                &fragment.case.outcome,
+                &fragment.case.phase,
+                &fragment.case.resolution_status.map(|s| s.as_str()),
+                &fragment.assertion_status.as_str(),
+                &fragment.affect.as_str(),
+                &fragment.occurred_at,
             ],
         )
         .await?;
@@ -439,6 +448,119 @@ pub async fn count_pending_embeddings(tx: &TenantTx<'_>) -> Result<i64> {
         .query_one(
             "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND embedding IS NULL",
             &[&tx.tenant_id()],
+        )
+        .await?
+        .get(0))
+}
+
+/// Ends the validity of `old_ids` (those readable with `key_ids` and still
+/// valid) because `new_id` replaces them: `valid_to` is set, importance
+/// halved (never below 0.05), and a `superseded_by` link points from each old
+/// fragment to the new one. Returns the ids that were superseded.
+pub async fn supersede(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    old_ids: &[Uuid],
+    new_id: Uuid,
+) -> Result<Vec<Uuid>> {
+    let rows = tx
+        .query(
+            "UPDATE mneme.fragments
+                SET valid_to = now(), importance = GREATEST(0.05, importance * 0.5)
+              WHERE tenant_id = $1 AND id = ANY($2) AND key_id = ANY($3) AND id <> $4
+                AND valid_to IS NULL
+             RETURNING id",
+            &[&tx.tenant_id(), &old_ids, &key_ids, &new_id],
+        )
+        .await?;
+    let superseded: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+    tx.execute(
+        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type)
+         SELECT $1, old_id, $3, 'superseded_by' FROM unnest($2::uuid[]) AS old_id
+         ON CONFLICT DO NOTHING",
+        &[&tx.tenant_id(), &superseded, &new_id],
+    )
+    .await?;
+    Ok(superseded)
+}
+
+/// Fragments of the same key, agent and topic created within `hours` of
+/// `id`'s creation (excluding `id`), closest first: (id, hours apart).
+pub async fn temporal_neighbors(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    id: Uuid,
+    hours: f64,
+    limit: i64,
+) -> Result<Vec<(Uuid, f64)>> {
+    let rows = tx
+        .query(
+            "SELECT n.id, (abs(extract(epoch FROM n.created_at - f.created_at)) / 3600.0)::float8
+               FROM mneme.fragments f
+               JOIN mneme.fragments n
+                 ON n.tenant_id = f.tenant_id AND n.key_id = f.key_id AND n.agent_id = f.agent_id
+                AND n.topic = f.topic AND n.id <> f.id AND n.valid_to IS NULL
+                AND n.created_at BETWEEN f.created_at - make_interval(secs => $4::float8 * 3600)
+                                     AND f.created_at + make_interval(secs => $4::float8 * 3600)
+              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.id = $3
+              ORDER BY 2 LIMIT $5",
+            &[&tx.tenant_id(), &key_id, &id, &hours, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get::<_, f64>(1)))
+        .collect())
+}
+
+/// A fragment that shares words with another, for conflict hints and
+/// keyword links.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbor {
+    pub id: Uuid,
+    pub content: String,
+    pub keywords: Vec<String>,
+    pub rank: f32,
+}
+
+/// Valid fragments in `scope` matching `tsquery`, other than `exclude`,
+/// best first. Read-only: no access statistics are touched.
+pub async fn lexical_neighbors(
+    tx: &TenantTx<'_>,
+    scope: &SearchScope<'_>,
+    tsquery: &str,
+    exclude: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Neighbor>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, content, keywords, ts_rank(search_tsv, q, 1) AS rank
+                   FROM mneme.fragments, CAST($7::text AS tsquery) AS q
+                  WHERE {SCOPE} AND search_tsv @@ q AND ($8::uuid IS NULL OR id <> $8)
+                  ORDER BY rank DESC LIMIT $9"
+            ),
+            scope_params!(tx, scope, &tsquery, &exclude, &limit),
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Neighbor {
+            id: r.get(0),
+            content: r.get(1),
+            keywords: r.get(2),
+            rank: r.get(3),
+        })
+        .collect())
+}
+
+/// Valid fragments the key wrote (what its quota counts).
+pub async fn count_active(tx: &TenantTx<'_>, key_id: Uuid) -> Result<i64> {
+    Ok(tx
+        .query_one(
+            "SELECT count(*) FROM mneme.fragments
+              WHERE tenant_id = $1 AND key_id = $2 AND valid_to IS NULL",
+            &[&tx.tenant_id(), &key_id],
         )
         .await?
         .get(0))

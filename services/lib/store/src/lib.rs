@@ -3,7 +3,7 @@
 //! Layout:
 //! - [`Store`]: the connection pool, start-up checks and tenant transactions.
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
-//! - One repository module per table: [`tenants`], [`api_keys`],
+//! - One repository module per table: [`tenants`], [`api_keys`], [`key_groups`],
 //!   [`fragments`].
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -14,7 +14,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api_keys;
+pub mod cases;
 pub mod fragments;
+pub mod key_groups;
+pub mod links;
 pub mod migrate;
 pub mod tenants;
 

@@ -4,8 +4,9 @@
 use mneme_core::Permission;
 use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::Tokenizer;
+use mneme_store::api_keys::NewKey;
 use mneme_store::fragments::{self, Author, ForgetOutcome, SearchScope, WriteOutcome};
-use mneme_store::{Store, StoreOptions, TenantTx, api_keys, tenants};
+use mneme_store::{Store, StoreOptions, TenantTx, api_keys, key_groups, tenants};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
 use uuid::Uuid;
@@ -209,12 +210,13 @@ async fn api_keys_authenticate_only_when_valid_and_active() {
     let t = create_tenant(&store, "keys", &[Permission::Read]).await;
     let mut client = store.client().await.unwrap();
 
-    let key = api_keys::authenticate(&mut client, &t.api_key)
+    let found = api_keys::authenticate(&mut client, &t.api_key)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((key.id, key.tenant_id), (t.key_id, t.tenant_id));
-    assert_eq!(key.permissions, vec![Permission::Read]);
+    assert_eq!((found.key.id, found.key.tenant_id), (t.key_id, t.tenant_id));
+    assert_eq!(found.key.permissions, vec![Permission::Read]);
+    assert!(found.group_key_ids.is_empty());
 
     // Same prefix, wrong secret.
     let forged = format!(
@@ -358,4 +360,85 @@ async fn embedding_queue_hands_each_row_to_one_worker_and_vectors_are_searchable
     .await
     .unwrap();
     assert!(other_model.is_empty());
+}
+
+#[tokio::test]
+async fn key_groups_share_reading_between_their_members_only() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "groups", ALL_PERMISSIONS).await;
+    let other = create_tenant(&store, "outsider", ALL_PERMISSIONS).await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let new_key = |name: &str| NewKey {
+        name: name.into(),
+        permissions: ALL_PERMISSIONS.to_vec(),
+        default_workspace: None,
+        fragment_limit: None,
+        expires_at: None,
+    };
+    let (second, second_raw) = api_keys::create(&tx, &new_key("second")).await.unwrap();
+    let (loner, _) = api_keys::create(&tx, &new_key("loner")).await.unwrap();
+    let group = key_groups::create(&tx, "team", Some("shared memory"))
+        .await
+        .unwrap();
+    assert!(
+        key_groups::add_member(&tx, group.id, t.key_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        key_groups::add_member(&tx, group.id, second.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !key_groups::add_member(&tx, group.id, second.id)
+            .await
+            .unwrap(),
+        "already a member"
+    );
+    // Another tenant's key cannot join.
+    assert!(
+        !key_groups::add_member(&tx, group.id, other.key_id)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        key_groups::peers(&*tx, t.tenant_id, t.key_id)
+            .await
+            .unwrap(),
+        vec![second.id]
+    );
+    assert!(
+        key_groups::peers(&*tx, t.tenant_id, loner.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let listed = key_groups::list(&tx).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key_ids.len(), 2);
+    tx.commit().await.unwrap();
+
+    let found = api_keys::authenticate(&mut client, &second_raw)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.group_key_ids, vec![t.key_id]);
+
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    assert!(
+        key_groups::remove_member(&tx, group.id, t.key_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        key_groups::peers(&*tx, t.tenant_id, second.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(key_groups::delete(&tx, group.id).await.unwrap());
+    tx.commit().await.unwrap();
 }

@@ -62,8 +62,22 @@ pub struct TestDatabase {
     admin_conninfo: String,
 }
 
+/// Sends `tracing` output to the test harness, which shows it for failing
+/// tests only. `MNEME_TEST_LOG` sets the filter (default `warn`).
+pub fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = std::env::var("MNEME_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    });
+}
+
 impl TestDatabase {
     pub async fn create() -> Self {
+        init_logging();
         let admin_url = required_env("MNEME_TEST_DATABASE_URL");
         let admin = PgConfig::from_str(&admin_url).expect("valid MNEME_TEST_DATABASE_URL");
         let base = base_conninfo(&admin_url);
@@ -245,6 +259,7 @@ pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]
             name: "test-key".into(),
             permissions: permissions.to_vec(),
             default_workspace: None,
+            fragment_limit: None,
             expires_at: None,
         },
     )

@@ -1,0 +1,251 @@
+//! `case_events`, `case_event_edges` and `fragment_evidence`: what happened
+//! while working on one problem ("case"), as a DAG of typed events linked to
+//! the fragments that document them.
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use crate::{Result, TenantTx};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseEvent {
+    pub id: Uuid,
+    pub case_id: String,
+    pub session_id: Option<String>,
+    pub event_type: String,
+    pub summary: String,
+    pub entity_keys: Vec<String>,
+    pub source_fragment_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Row> for CaseEvent {
+    fn from(row: &Row) -> Self {
+        Self {
+            id: row.get("id"),
+            case_id: row.get("case_id"),
+            session_id: row.get("session_id"),
+            event_type: row.get("event_type"),
+            summary: row.get("summary"),
+            entity_keys: row.get("entity_keys"),
+            source_fragment_id: row.get("source_fragment_id"),
+            created_at: row.get("created_at"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseEdge {
+    pub from_event: Uuid,
+    pub to_event: Uuid,
+    pub edge_type: String,
+    pub confidence: f32,
+}
+
+/// A new event of a case.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    pub key_id: Uuid,
+    pub case_id: &'a str,
+    pub session_id: Option<&'a str>,
+    pub event_type: &'a str,
+    pub summary: &'a str,
+    pub entity_keys: &'a [String],
+    pub source_fragment_id: Option<Uuid>,
+}
+
+/// Appends an event to its case, linked `preceded_by` to the case's
+/// previous event so the history reads as a chain.
+pub async fn append(tx: &TenantTx<'_>, event: &NewEvent<'_>) -> Result<Uuid> {
+    let id = Uuid::now_v7();
+    let previous: Option<Uuid> = tx
+        .query_opt(
+            "SELECT id FROM mneme.case_events WHERE tenant_id = $1 AND case_id = $2
+              ORDER BY created_at DESC, id DESC LIMIT 1",
+            &[&tx.tenant_id(), &event.case_id],
+        )
+        .await?
+        .map(|row| row.get(0));
+    tx.execute(
+        "INSERT INTO mneme.case_events (tenant_id, id, key_id, case_id, session_id, event_type,
+                                        summary, entity_keys, source_fragment_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[
+            &tx.tenant_id(),
+            &id,
+            &event.key_id,
+            &event.case_id,
+            &event.session_id,
+            &event.event_type,
+            &event.summary,
+            &event.entity_keys,
+            &event.source_fragment_id,
+        ],
+    )
+    .await?;
+    if let Some(previous) = previous {
+        add_edge(tx, id, previous, "preceded_by", 1.0).await?;
+    }
+    if let Some(fragment_id) = event.source_fragment_id {
+        add_evidence(tx, fragment_id, id, "produced_by").await?;
+    }
+    Ok(id)
+}
+
+pub async fn add_edge(
+    tx: &TenantTx<'_>,
+    from: Uuid,
+    to: Uuid,
+    edge_type: &str,
+    confidence: f32,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO mneme.case_event_edges (tenant_id, from_event, to_event, edge_type, confidence)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        &[&tx.tenant_id(), &from, &to, &edge_type, &confidence],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn add_evidence(
+    tx: &TenantTx<'_>,
+    fragment_id: Uuid,
+    event_id: Uuid,
+    kind: &str,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO mneme.fragment_evidence (tenant_id, fragment_id, event_id, kind)
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        &[&tx.tenant_id(), &fragment_id, &event_id, &kind],
+    )
+    .await?;
+    Ok(())
+}
+
+const EVENT_COLUMNS: &str =
+    "id, case_id, session_id, event_type, summary, entity_keys, source_fragment_id, created_at";
+
+/// Events of a case or of a session, oldest first, written by `key_ids`.
+pub async fn events(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    case_id: Option<&str>,
+    session_id: Option<&str>,
+    limit: i64,
+) -> Result<Vec<CaseEvent>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM mneme.case_events
+                  WHERE tenant_id = $1 AND key_id = ANY($2)
+                    AND ($3::text IS NULL OR case_id = $3)
+                    AND ($4::text IS NULL OR session_id = $4)
+                  ORDER BY created_at, id LIMIT $5"
+            ),
+            &[&tx.tenant_id(), &key_ids, &case_id, &session_id, &limit],
+        )
+        .await?;
+    Ok(rows.iter().map(CaseEvent::from).collect())
+}
+
+/// Edges among `event_ids`.
+pub async fn edges(tx: &TenantTx<'_>, event_ids: &[Uuid]) -> Result<Vec<CaseEdge>> {
+    let rows = tx
+        .query(
+            "SELECT from_event, to_event, edge_type, confidence FROM mneme.case_event_edges
+              WHERE tenant_id = $1 AND from_event = ANY($2) AND to_event = ANY($2)",
+            &[&tx.tenant_id(), &event_ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| CaseEdge {
+            from_event: row.get(0),
+            to_event: row.get(1),
+            edge_type: row.get(2),
+            confidence: row.get(3),
+        })
+        .collect())
+}
+
+/// The case a new fragment of this session and topic belongs to: the case of
+/// the latest fragment of the same key, session and topic that has one.
+pub async fn case_of_session_topic(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    session_id: &str,
+    topic: &str,
+) -> Result<Option<String>> {
+    Ok(tx
+        .query_opt(
+            "SELECT case_id FROM mneme.fragments
+              WHERE tenant_id = $1 AND key_id = $2 AND session_id = $3 AND topic = $4
+                AND case_id IS NOT NULL
+              ORDER BY created_at DESC LIMIT 1",
+            &[&tx.tenant_id(), &key_id, &session_id, &topic],
+        )
+        .await?
+        .map(|row| row.get(0)))
+}
+
+/// Puts the session's earlier errors on this topic that have no case into
+/// `case_id`; returns how many.
+pub async fn adopt_session_errors(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    session_id: &str,
+    topic: &str,
+    case_id: &str,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments SET case_id = $5
+              WHERE tenant_id = $1 AND key_id = $2 AND session_id = $3 AND topic = $4
+                AND type = 'error' AND case_id IS NULL AND valid_to IS NULL",
+            &[&tx.tenant_id(), &key_id, &session_id, &topic, &case_id],
+        )
+        .await?)
+}
+
+/// Case ids the given fragments carry, with their metadata, for case mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseSummary {
+    pub case_id: String,
+    pub goal: Option<String>,
+    pub outcome: Option<String>,
+    pub resolution_status: Option<String>,
+    pub fragment_count: i64,
+}
+
+pub async fn summaries(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    case_ids: &[String],
+) -> Result<Vec<CaseSummary>> {
+    let rows = tx
+        .query(
+            "SELECT case_id,
+                    (array_agg(goal ORDER BY created_at DESC) FILTER (WHERE goal IS NOT NULL))[1],
+                    (array_agg(outcome ORDER BY created_at DESC) FILTER (WHERE outcome IS NOT NULL))[1],
+                    (array_agg(resolution_status ORDER BY created_at DESC)
+                        FILTER (WHERE resolution_status IS NOT NULL))[1],
+                    count(*)
+               FROM mneme.fragments
+              WHERE tenant_id = $1 AND key_id = ANY($2) AND case_id = ANY($3) AND valid_to IS NULL
+              GROUP BY case_id",
+            &[&tx.tenant_id(), &key_ids, &case_ids],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| CaseSummary {
+            case_id: row.get(0),
+            goal: row.get(1),
+            outcome: row.get(2),
+            resolution_status: row.get(3),
+            fragment_count: row.get(4),
+        })
+        .collect())
+}

@@ -1,0 +1,640 @@
+//! `remember` and `batch_remember`: validation, quota, the insert and the
+//! work that follows it in the same transaction (case id, links,
+//! supersession, case event).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use mneme_cache::WorkingMemoryItem;
+use mneme_core::fragment::{PreparedFragment, RememberInput, prepare};
+use mneme_core::principal::resolve_agent_id;
+use mneme_core::{Error, ErrorCode, FragmentType, Permission, Principal, Result};
+use mneme_proto::v1::{
+    BatchItemResult, BatchProgress, BatchRememberRequest, BatchRememberResult, Conflict,
+    ErrorDetail, Quota, RememberRequest, RememberResponse, WriteOutcome,
+};
+use mneme_store::fragments::{self, Author, SearchScope};
+use mneme_store::{TenantTx, api_keys, cases, links};
+use uuid::Uuid;
+
+use crate::RememberServer;
+
+/// Progress events of a batch are sent every this many stored items.
+const PROGRESS_EVERY: usize = 25;
+/// Cached quota counts are rebuilt exactly at least this often.
+const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
+/// Conflict candidates examined per remember.
+const CONFLICT_CANDIDATES: i64 = 5;
+/// Conflicts reported per remember.
+const MAX_CONFLICTS: usize = 3;
+
+/// A validated request with everything resolved.
+struct Write {
+    fragment: PreparedFragment,
+    agent_id: String,
+    session_id: Option<String>,
+    linked_to: Vec<String>,
+    supersedes: Vec<String>,
+}
+
+fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
+    match outcome {
+        fragments::WriteOutcome::Created => WriteOutcome::Created,
+        fragments::WriteOutcome::Duplicate => WriteOutcome::Duplicate,
+        fragments::WriteOutcome::Replayed => WriteOutcome::Replayed,
+    }
+}
+
+/// The case event a fragment type stands for, if any.
+fn case_event_type(fragment_type: FragmentType) -> Option<&'static str> {
+    match fragment_type {
+        FragmentType::Error => Some("error_observed"),
+        FragmentType::Decision => Some("decision_committed"),
+        FragmentType::Procedure => Some("fix_attempted"),
+        _ => None,
+    }
+}
+
+/// Share of `a` also in `b`.
+fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
+    if a.is_empty() {
+        return 0.0;
+    }
+    a.intersection(b).count() as f64 / a.len() as f64
+}
+
+impl RememberServer {
+    fn validate(&self, principal: &Principal, request: RememberRequest) -> Result<Write> {
+        let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
+        let occurred_at = match request.occurred_at_unix_ms {
+            None => None,
+            Some(ms) => Some(
+                DateTime::<Utc>::from_timestamp_millis(ms)
+                    .ok_or_else(|| Error::invalid_argument("occurredAt is out of range"))?,
+            ),
+        };
+        let input = RememberInput {
+            content: request.content,
+            topic: request.topic,
+            fragment_type: request.r#type,
+            keywords: request.keywords,
+            importance: request.importance,
+            is_anchor: request.is_anchor,
+            source: request.source,
+            workspace: request.workspace.or_else(|| principal.workspace.clone()),
+            idempotency_key: request.idempotency_key,
+            context_summary: request.context_summary,
+            case_id: request.case_id,
+            goal: request.goal,
+            outcome: request.outcome,
+            phase: request.phase,
+            resolution_status: request.resolution_status,
+            assertion_status: request.assertion_status,
+            affect: request.affect,
+            occurred_at,
+        };
+        Ok(Write {
+            fragment: prepare(input, &self.settings.limits, &self.tokenizer)?,
+            agent_id,
+            session_id: request
+                .session_id
+                .filter(|s| !s.trim().is_empty())
+                .or_else(|| principal.session_id.clone()),
+            linked_to: request.linked_to,
+            supersedes: request.supersedes,
+        })
+    }
+
+    /// Checks that `adding` more fragments fit the key's quota. Far from the
+    /// limit a cached count suffices; near it the key row is locked and the
+    /// count is exact, so concurrent writers cannot overshoot together.
+    /// Returns the quota as checked.
+    async fn check_quota(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        adding: u64,
+    ) -> Result<Quota> {
+        let tenant = principal.tenant_id.to_string();
+        let key = principal.key_id.to_string();
+        let Some(limit) = api_keys::fragment_limit(tx, principal.key_id, false).await? else {
+            return Ok(Quota {
+                limit: None,
+                used: 0,
+            });
+        };
+        let limit = u64::try_from(limit).unwrap_or(0);
+        let cheap_below = (limit as f64 * self.settings.quota_exact_ratio) as u64;
+        if let Some(cached) = self.cache.quota_count(&tenant, &key).await
+            && (cached.max(0) as u64) + adding < cheap_below
+        {
+            return Ok(Quota {
+                limit: Some(limit as u32),
+                used: cached.max(0) as u64,
+            });
+        }
+        api_keys::fragment_limit(tx, principal.key_id, true).await?;
+        let used = fragments::count_active(tx, principal.key_id).await?.max(0) as u64;
+        self.cache
+            .set_quota_count(&tenant, &key, used as i64, QUOTA_CACHE_TTL)
+            .await;
+        if used + adding > limit {
+            return Err(Error::new(
+                ErrorCode::QuotaExceeded,
+                format!(
+                    "this API key holds {used} of its {limit} memories; forget some or ask an \
+                     administrator to raise the limit"
+                ),
+            ));
+        }
+        Ok(Quota {
+            limit: Some(limit as u32),
+            used,
+        })
+    }
+
+    /// Stored fragments saying much the same: possible conflicts for the
+    /// caller to review. Read-only.
+    async fn conflicts(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        write: &Write,
+        exclude: Option<Uuid>,
+    ) -> Result<Vec<Conflict>> {
+        let Some(tsquery) = self.tokenizer.tsquery_literal(&write.fragment.content) else {
+            return Ok(Vec::new());
+        };
+        let key_ids = principal.readable_key_ids();
+        let scope = SearchScope {
+            key_ids: &key_ids,
+            agent_id: &write.agent_id,
+            workspace: write.fragment.workspace.as_deref(),
+            topic: None,
+            fragment_type: None,
+        };
+        let neighbors =
+            fragments::lexical_neighbors(tx, &scope, &tsquery, exclude, CONFLICT_CANDIDATES)
+                .await?;
+        let mine = self.tokenizer.lexemes(&write.fragment.content);
+        let mine: HashSet<&str> = mine.iter().map(String::as_str).collect();
+        let mut conflicts: Vec<Conflict> = neighbors
+            .into_iter()
+            .filter(|n| n.content != write.fragment.content)
+            .filter_map(|n| {
+                let theirs = self.tokenizer.lexemes(&n.content);
+                let theirs: HashSet<&str> = theirs.iter().map(String::as_str).collect();
+                let share = overlap(&mine, &theirs);
+                (share >= self.settings.conflict_min_overlap).then(|| Conflict {
+                    id: n.id.to_string(),
+                    content: n.content.chars().take(100).collect(),
+                    overlap: share as f32,
+                })
+            })
+            .collect();
+        conflicts.sort_by(|a, b| b.overlap.total_cmp(&a.overlap));
+        conflicts.truncate(MAX_CONFLICTS);
+        Ok(conflicts)
+    }
+
+    /// The case a new fragment joins: the one it names, else the case of
+    /// the session's latest fragment on the same topic, else — for an error,
+    /// or a decision or procedure following errors — a new case.
+    async fn resolve_case(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        write: &mut Write,
+    ) -> Result<()> {
+        let fragment = &mut write.fragment;
+        if fragment.case.case_id.is_some() || case_event_type(fragment.fragment_type).is_none() {
+            return Ok(());
+        }
+        let Some(session) = write.session_id.as_deref() else {
+            return Ok(());
+        };
+        if let Some(case_id) =
+            cases::case_of_session_topic(tx, principal.key_id, session, &fragment.topic).await?
+        {
+            fragment.case.case_id = Some(case_id);
+            return Ok(());
+        }
+        let case_id = format!("case-{}", Uuid::now_v7());
+        let adopted =
+            cases::adopt_session_errors(tx, principal.key_id, session, &fragment.topic, &case_id)
+                .await?;
+        if fragment.fragment_type == FragmentType::Error || adopted > 0 {
+            fragment.case.case_id = Some(case_id);
+        }
+        Ok(())
+    }
+
+    /// Links, supersession and the case event of a newly created fragment.
+    /// Returns (links created, superseded ids, warnings).
+    async fn after_insert(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        write: &Write,
+        id: Uuid,
+    ) -> Result<(u32, Vec<String>, Vec<String>)> {
+        let key_ids = principal.readable_key_ids();
+        let mut warnings = Vec::new();
+        let mut created = 0u32;
+
+        for target in &write.linked_to {
+            let linked = match target.trim().parse::<Uuid>() {
+                Ok(target) if target != id => {
+                    links::upsert(tx, &key_ids, id, target, "related", 1.0).await?
+                }
+                _ => false,
+            };
+            if linked {
+                created += 1;
+            } else {
+                warnings.push(format!("linkedTo: no fragment `{target}` to link to"));
+            }
+        }
+
+        let mut superseded = Vec::new();
+        if !write.supersedes.is_empty() {
+            let old: Vec<Uuid> = write
+                .supersedes
+                .iter()
+                .filter_map(|s| s.trim().parse().ok())
+                .collect();
+            let done = fragments::supersede(tx, &key_ids, &old, id).await?;
+            for requested in &write.supersedes {
+                if !done.iter().any(|d| d.to_string() == requested.trim()) {
+                    warnings.push(format!(
+                        "supersedes: no valid fragment `{requested}` to supersede"
+                    ));
+                }
+            }
+            superseded = done.iter().map(Uuid::to_string).collect();
+        }
+
+        let hours = self.settings.temporal_link_hours;
+        if hours > 0.0 && self.settings.temporal_link_max > 0 {
+            let neighbors = fragments::temporal_neighbors(
+                tx,
+                principal.key_id,
+                id,
+                hours,
+                self.settings.temporal_link_max as i64,
+            )
+            .await?;
+            for (neighbor, apart) in neighbors {
+                let weight = (1.0 - apart / hours).max(0.3) as f32;
+                if links::upsert(tx, &key_ids, id, neighbor, "temporal", weight).await? {
+                    created += 1;
+                }
+            }
+        }
+
+        if self.settings.proactive_links && !write.fragment.keywords.is_empty() {
+            created += self.proactive_links(tx, principal, write, id).await?;
+        }
+
+        if let (Some(case_id), Some(event_type)) = (
+            &write.fragment.case.case_id,
+            case_event_type(write.fragment.fragment_type),
+        ) {
+            let summary: String = write.fragment.content.chars().take(200).collect();
+            cases::append(
+                tx,
+                &cases::NewEvent {
+                    key_id: principal.key_id,
+                    case_id,
+                    session_id: write.session_id.as_deref(),
+                    event_type,
+                    summary: &summary,
+                    entity_keys: &write.fragment.keywords,
+                    source_fragment_id: Some(id),
+                },
+            )
+            .await?;
+        }
+        Ok((created, superseded, warnings))
+    }
+
+    /// `related` links to fragments of the same key carrying most of the new
+    /// fragment's keywords (ProactiveRecall in the reference).
+    async fn proactive_links(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        write: &Write,
+        id: Uuid,
+    ) -> Result<u32> {
+        let own = [principal.key_id];
+        let scope = SearchScope {
+            key_ids: &own,
+            agent_id: &write.agent_id,
+            workspace: write.fragment.workspace.as_deref(),
+            topic: None,
+            fragment_type: None,
+        };
+        let hits = fragments::keyword_search(
+            tx,
+            &scope,
+            &write.fragment.keywords,
+            CONFLICT_CANDIDATES + 1,
+        )
+        .await?;
+        let needed = write.fragment.keywords.len() as f64 * self.settings.proactive_link_overlap;
+        let mut created = 0;
+        for hit in hits
+            .into_iter()
+            .filter(|h| h.id != id && f64::from(h.score) >= needed)
+        {
+            if links::upsert(tx, &own, id, hit.id, "related", 0.5).await? {
+                created += 1;
+            }
+        }
+        Ok(created)
+    }
+
+    /// Stores a session-scoped fragment in the session's working memory.
+    async fn remember_in_session(
+        &self,
+        principal: &Principal,
+        write: Write,
+    ) -> Result<RememberResponse> {
+        let session = write.session_id.clone().ok_or_else(|| {
+            Error::invalid_argument(
+                "scope `session` needs a session: call over an MCP session or pass sessionId",
+            )
+        })?;
+        let id = Uuid::now_v7().to_string();
+        let item = WorkingMemoryItem {
+            id: id.clone(),
+            content: write.fragment.content.clone(),
+            topic: write.fragment.topic.clone(),
+            fragment_type: write.fragment.fragment_type.as_str().to_owned(),
+            keywords: write.fragment.keywords.clone(),
+            importance: write.fragment.importance,
+            tokens: write.fragment.estimated_tokens,
+            created_at_unix_ms: Utc::now().timestamp_millis(),
+        };
+        self.cache
+            .push_working_memory(
+                &principal.tenant_id.to_string(),
+                &session,
+                &item,
+                self.settings.working_memory_tokens,
+                self.settings.working_memory_ttl,
+            )
+            .await
+            .map_err(|error| {
+                tracing::warn!(%error, "working memory unavailable");
+                Error::unavailable("session memory is unavailable; retry or store it permanently")
+            })?;
+        Ok(RememberResponse {
+            id,
+            outcome: WriteOutcome::Created as i32,
+            keywords: write.fragment.keywords,
+            importance: write.fragment.importance,
+            ttl_tier: "session".into(),
+            redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
+            scope: "session".into(),
+            ..Default::default()
+        })
+    }
+
+    /// Validates and stores one fragment.
+    pub async fn remember(
+        &self,
+        principal: &Principal,
+        request: RememberRequest,
+    ) -> Result<RememberResponse> {
+        principal.require(Permission::Write)?;
+        let scope = request.scope.clone().unwrap_or_default();
+        let dry_run = request.dry_run;
+        let mut write = self.validate(principal, request)?;
+        match scope.trim() {
+            "" | "permanent" => {}
+            "session" if !dry_run => return self.remember_in_session(principal, write).await,
+            "session" => {}
+            other => {
+                return Err(Error::invalid_argument(format!(
+                    "unknown scope `{other}` (expected permanent or session)"
+                )));
+            }
+        }
+
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let quota = self.check_quota(&tx, principal, 1).await;
+        if dry_run {
+            let conflicts = self.conflicts(&tx, principal, &write, None).await?;
+            self.resolve_case(&tx, principal, &mut write).await?;
+            let mut warnings = Vec::new();
+            let quota = match quota {
+                Ok(quota) => Some(quota),
+                Err(error) => {
+                    warnings.push(error.message);
+                    None
+                }
+            };
+            // Nothing of a dry run may persist: the transaction is dropped.
+            drop(tx);
+            return Ok(RememberResponse {
+                keywords: write.fragment.keywords.clone(),
+                importance: write.fragment.importance,
+                ttl_tier: write.fragment.ttl_tier.as_str().to_owned(),
+                redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
+                conflicts,
+                warnings,
+                case_id: write.fragment.case.case_id.clone(),
+                scope: if scope.trim() == "session" {
+                    "session"
+                } else {
+                    "permanent"
+                }
+                .into(),
+                dry_run: true,
+                quota,
+                ..Default::default()
+            });
+        }
+        quota?;
+        self.resolve_case(&tx, principal, &mut write).await?;
+        let author = Author {
+            key_id: principal.key_id,
+            agent_id: &write.agent_id,
+            session_id: write.session_id.as_deref(),
+        };
+        let written = fragments::insert(&tx, author, &write.fragment).await?;
+        let outcome = outcome_of(written.outcome);
+        let (links_created, superseded, mut warnings) = if outcome == WriteOutcome::Created {
+            self.after_insert(&tx, principal, &write, written.id)
+                .await?
+        } else {
+            (0, Vec::new(), Vec::new())
+        };
+        let conflicts = self
+            .conflicts(&tx, principal, &write, Some(written.id))
+            .await?;
+        tx.commit().await?;
+
+        if outcome == WriteOutcome::Created {
+            let tenant = principal.tenant_id.to_string();
+            self.cache
+                .add_quota_count(&tenant, &principal.key_id.to_string(), 1)
+                .await;
+            self.cache.wake_embedding_worker(&tenant).await;
+        }
+        if written.importance < 0.3 {
+            warnings.push(format!(
+                "importance {:.2} is low: this memory is short-lived unless it is recalled or amended",
+                written.importance
+            ));
+        }
+        tracing::info!(
+            tenant.id = %principal.tenant_id,
+            fragment.id = %written.id,
+            outcome = ?outcome,
+            "fragment remembered"
+        );
+        Ok(RememberResponse {
+            id: written.id.to_string(),
+            outcome: outcome as i32,
+            keywords: written.keywords,
+            importance: written.importance,
+            ttl_tier: written.ttl_tier,
+            redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
+            conflicts,
+            warnings,
+            case_id: write.fragment.case.case_id,
+            scope: "permanent".into(),
+            dry_run: false,
+            superseded,
+            links_created,
+            quota: None,
+        })
+    }
+
+    /// Stores up to `batch_max_items` fragments in one transaction. Items
+    /// that fail validation are reported and skipped; the valid ones are
+    /// stored together or not at all. `progress` receives monotonic progress
+    /// after validation and every few stored items.
+    pub async fn batch_remember(
+        &self,
+        principal: &Principal,
+        request: BatchRememberRequest,
+        progress: impl Fn(BatchProgress),
+    ) -> Result<BatchRememberResult> {
+        principal.require(Permission::Write)?;
+        let total = request.items.len();
+        if total == 0 {
+            return Err(Error::invalid_argument("fragments must not be empty"));
+        }
+        if total > self.settings.batch_max_items {
+            return Err(Error::invalid_argument(format!(
+                "{total} fragments in one batch; the limit is {}",
+                self.settings.batch_max_items
+            )));
+        }
+        let total_u32 = u32::try_from(total).unwrap_or(u32::MAX);
+        let mut results: Vec<BatchItemResult> = Vec::with_capacity(total);
+        let mut valid: Vec<(usize, Write)> = Vec::with_capacity(total);
+        for (index, mut item) in request.items.into_iter().enumerate() {
+            if item.workspace.is_none() {
+                item.workspace.clone_from(&request.workspace);
+            }
+            if item.agent_id.is_none() {
+                item.agent_id.clone_from(&request.agent_id);
+            }
+            let scoped = item
+                .scope
+                .as_deref()
+                .is_some_and(|s| !s.trim().is_empty() && s.trim() != "permanent");
+            let checked = if scoped || item.dry_run {
+                Err(Error::invalid_argument(
+                    "batch items are stored permanently; scope and dryRun are not supported",
+                ))
+            } else {
+                self.validate(principal, item)
+            };
+            match checked {
+                Ok(write) => valid.push((index, write)),
+                Err(error) => results.push(BatchItemResult {
+                    index: index as u32,
+                    id: None,
+                    outcome: WriteOutcome::Unspecified as i32,
+                    error: Some(ErrorDetail {
+                        code: error.code.as_str().to_owned(),
+                        message: error.message,
+                    }),
+                }),
+            }
+        }
+        // Steps: one per item validated, one per valid item stored.
+        let steps = total_u32 + valid.len() as u32;
+        progress(BatchProgress {
+            phase: "validate".into(),
+            processed: total_u32,
+            total: steps,
+        });
+
+        let (mut created, mut existing) = (0u32, 0u32);
+        if !valid.is_empty() {
+            let mut client = self.store.client().await?;
+            let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+            self.check_quota(&tx, principal, valid.len() as u64).await?;
+            for (done, (index, write)) in valid.iter_mut().enumerate() {
+                self.resolve_case(&tx, principal, write).await?;
+                let author = Author {
+                    key_id: principal.key_id,
+                    agent_id: &write.agent_id,
+                    session_id: write.session_id.as_deref(),
+                };
+                let written = fragments::insert(&tx, author, &write.fragment).await?;
+                let outcome = outcome_of(written.outcome);
+                if outcome == WriteOutcome::Created {
+                    created += 1;
+                    self.after_insert(&tx, principal, write, written.id).await?;
+                } else {
+                    existing += 1;
+                }
+                results.push(BatchItemResult {
+                    index: *index as u32,
+                    id: Some(written.id.to_string()),
+                    outcome: outcome as i32,
+                    error: None,
+                });
+                if (done + 1) % PROGRESS_EVERY == 0 {
+                    progress(BatchProgress {
+                        phase: "store".into(),
+                        processed: total_u32 + (done + 1) as u32,
+                        total: steps,
+                    });
+                }
+            }
+            tx.commit().await?;
+            progress(BatchProgress {
+                phase: "store".into(),
+                processed: steps,
+                total: steps,
+            });
+            if created > 0 {
+                let tenant = principal.tenant_id.to_string();
+                self.cache
+                    .add_quota_count(&tenant, &principal.key_id.to_string(), i64::from(created))
+                    .await;
+                self.cache.wake_embedding_worker(&tenant).await;
+            }
+        }
+        results.sort_by_key(|r| r.index);
+        let rejected = total_u32 - created - existing;
+        tracing::info!(tenant.id = %principal.tenant_id, created, existing, rejected, "batch remembered");
+        Ok(BatchRememberResult {
+            results,
+            created,
+            existing,
+            rejected,
+        })
+    }
+}
