@@ -57,24 +57,51 @@ async fn an_agent_remembers_recalls_by_meaning_in_english_and_korean_and_forgets
     let rival = create_tenant(&store, "rival", ALL_PERMISSIONS).await;
     let mcp = stack.mcp(&acme.api_key).await;
 
-    // tools/list: the three tools with annotations and output schemas.
+    // tools/list: every tool with all four annotations and an output schema.
     let tools = mcp.client.list_all_tools().await.unwrap();
-    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    names.sort_unstable();
-    assert_eq!(names, ["batch_remember", "forget", "recall", "remember"]);
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in [
+        "remember",
+        "batch_remember",
+        "recall",
+        "forget",
+        "amend",
+        "link",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
     for tool in &tools {
-        let annotations = tool.annotations.as_ref().expect("annotations");
-        assert!(annotations.title.is_some());
-        assert_eq!(annotations.open_world_hint, Some(false));
+        let a = tool.annotations.as_ref().expect("annotations");
+        assert!(a.title.is_some() && tool.title.is_some(), "{}", tool.name);
+        assert!(
+            a.read_only_hint.is_some() && a.destructive_hint.is_some(),
+            "{}",
+            tool.name
+        );
+        assert!(a.idempotent_hint.is_some(), "{}", tool.name);
+        assert_eq!(a.open_world_hint, Some(false), "{}", tool.name);
         assert!(
             tool.output_schema.is_some(),
             "{} has an outputSchema",
             tool.name
         );
-        let read_only = tool.name == "recall";
-        assert_eq!(annotations.read_only_hint, Some(read_only));
-        assert_eq!(annotations.destructive_hint, Some(tool.name == "forget"));
+        assert!(tool.meta.is_some(), "{} carries mneme's _meta", tool.name);
     }
+    let by_name = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(by_name("recall").read_only_hint, Some(true));
+    assert_eq!(by_name("forget").destructive_hint, Some(true));
+    assert_eq!(by_name("remember").destructive_hint, Some(false));
 
     let espresso = remember(
         &mcp,
@@ -165,7 +192,10 @@ async fn an_agent_remembers_recalls_by_meaning_in_english_and_korean_and_forgets
     let forgotten = mcp
         .ok("forget", json!({"id": espresso, "force": true}))
         .await;
-    assert_eq!(forgotten, json!({"deleted": 1, "protected": 0}));
+    assert_eq!(
+        forgotten,
+        json!({"deleted": 1, "protected": 0, "ids": [espresso], "dryRun": false})
+    );
     let after = mcp
         .ok(
             "recall",

@@ -9,8 +9,9 @@ use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::v1::recall_service_client::RecallServiceClient;
 use mneme_proto::v1::remember_service_client::RememberServiceClient;
 use mneme_proto::v1::{
-    BatchProgress, BatchRememberRequest, BatchRememberResult, ForgetRequest, ForgetResponse,
-    RecallRequest, RecallResponse, RememberRequest, RememberResponse, batch_remember_event,
+    AmendRequest, AmendResponse, BatchProgress, BatchRememberRequest, BatchRememberResult,
+    ForgetRequest, ForgetResponse, LinkRequest, LinkResponse, RecallRequest, RecallResponse,
+    RememberRequest, RememberResponse, batch_remember_event,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
@@ -60,16 +61,100 @@ impl Backends {
         request
     }
 
+    /// Sends one unary call with the principal and deadline attached.
+    async fn unary<C, T, R, F, Fut>(
+        &self,
+        client: C,
+        principal: &Principal,
+        message: T,
+        rpc: F,
+    ) -> Result<R, Error>
+    where
+        F: FnOnce(C, tonic::Request<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        rpc(client, self.request(principal, message))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| from_status(&status))
+    }
+
+    fn remember_client(&self) -> RememberServiceClient<Channel> {
+        RememberServiceClient::new(self.remember.clone())
+    }
+
+    fn recall_client(&self) -> RecallServiceClient<Channel> {
+        RecallServiceClient::new(self.recall.clone())
+    }
+
     pub async fn remember(
         &self,
         principal: &Principal,
         message: RememberRequest,
     ) -> Result<RememberResponse, Error> {
-        RememberServiceClient::new(self.remember.clone())
-            .remember(self.request(principal, message))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| from_status(&status))
+        self.unary(
+            self.remember_client(),
+            principal,
+            message,
+            |mut c, r| async move { c.remember(r).await },
+        )
+        .await
+    }
+
+    pub async fn forget(
+        &self,
+        principal: &Principal,
+        message: ForgetRequest,
+    ) -> Result<ForgetResponse, Error> {
+        self.unary(
+            self.remember_client(),
+            principal,
+            message,
+            |mut c, r| async move { c.forget(r).await },
+        )
+        .await
+    }
+
+    pub async fn amend(
+        &self,
+        principal: &Principal,
+        message: AmendRequest,
+    ) -> Result<AmendResponse, Error> {
+        self.unary(
+            self.remember_client(),
+            principal,
+            message,
+            |mut c, r| async move { c.amend(r).await },
+        )
+        .await
+    }
+
+    pub async fn link(
+        &self,
+        principal: &Principal,
+        message: LinkRequest,
+    ) -> Result<LinkResponse, Error> {
+        self.unary(
+            self.remember_client(),
+            principal,
+            message,
+            |mut c, r| async move { c.link(r).await },
+        )
+        .await
+    }
+
+    pub async fn recall(
+        &self,
+        principal: &Principal,
+        message: RecallRequest,
+    ) -> Result<RecallResponse, Error> {
+        self.unary(
+            self.recall_client(),
+            principal,
+            message,
+            |mut c, r| async move { c.recall(r).await },
+        )
+        .await
     }
 
     /// Runs a batch, passing each progress event to `on_progress`, and
@@ -80,7 +165,8 @@ impl Backends {
         message: BatchRememberRequest,
         mut on_progress: impl FnMut(BatchProgress) -> ProgressFuture,
     ) -> Result<BatchRememberResult, Error> {
-        let mut stream = RememberServiceClient::new(self.remember.clone())
+        let mut stream = self
+            .remember_client()
             .batch_remember(self.request(principal, message))
             .await
             .map_err(|status| from_status(&status))?
@@ -100,30 +186,6 @@ impl Backends {
         }
         tracing::error!("batch stream ended without a result");
         Err(Error::internal())
-    }
-
-    pub async fn forget(
-        &self,
-        principal: &Principal,
-        message: ForgetRequest,
-    ) -> Result<ForgetResponse, Error> {
-        RememberServiceClient::new(self.remember.clone())
-            .forget(self.request(principal, message))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| from_status(&status))
-    }
-
-    pub async fn recall(
-        &self,
-        principal: &Principal,
-        message: RecallRequest,
-    ) -> Result<RecallResponse, Error> {
-        RecallServiceClient::new(self.recall.clone())
-            .recall(self.request(principal, message))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| from_status(&status))
     }
 
     /// Names of backends whose `grpc.health.v1` check does not answer

@@ -11,6 +11,7 @@
 //! full text and keywords.
 #![forbid(unsafe_code)]
 
+mod edit;
 mod write;
 
 use std::future::Future;
@@ -18,23 +19,21 @@ use std::sync::Arc;
 
 use mneme_cache::Cache;
 use mneme_config::{Config, RememberConfig};
-use mneme_core::principal::resolve_agent_id;
+use mneme_core::Permission;
 use mneme_core::text::Tokenizer;
-use mneme_core::{Error, Permission, Principal, Result};
 use mneme_proto::error::to_status;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::remember_service_server::{RememberService, RememberServiceServer};
 use mneme_proto::v1::{
-    BatchRememberEvent, BatchRememberRequest, ForgetRequest, ForgetResponse, RememberRequest,
-    RememberResponse, batch_remember_event,
+    AmendRequest, AmendResponse, BatchRememberEvent, BatchRememberRequest, ForgetRequest,
+    ForgetResponse, LinkRequest, LinkResponse, RememberRequest, RememberResponse,
+    batch_remember_event,
 };
-use mneme_store::fragments::{self, ForgetOutcome};
-use mneme_store::{Store, TenantTx};
+use mneme_store::Store;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use uuid::Uuid;
 
 /// The write-path service.
 #[derive(Debug, Clone)]
@@ -52,47 +51,6 @@ impl RememberServer {
             cache,
             settings: Arc::new(settings),
             tokenizer: Arc::new(Tokenizer::default()),
-        }
-    }
-
-    /// Deletes one fragment the caller can read.
-    pub async fn forget(
-        &self,
-        principal: &Principal,
-        request: ForgetRequest,
-    ) -> Result<ForgetResponse> {
-        principal.require(Permission::Write)?;
-        let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
-        // A malformed id cannot name any fragment; answer as for any unknown id.
-        let id: Uuid = request
-            .id
-            .trim()
-            .parse()
-            .map_err(|_| Error::fragment_not_found())?;
-        let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let outcome = fragments::forget(
-            &tx,
-            &principal.readable_key_ids(),
-            &agent_id,
-            id,
-            request.force,
-        )
-        .await?;
-        tx.commit().await?;
-        match outcome {
-            ForgetOutcome::NotFound => Err(Error::fragment_not_found()),
-            ForgetOutcome::Protected => Ok(ForgetResponse {
-                deleted: 0,
-                protected: 1,
-            }),
-            ForgetOutcome::Deleted => {
-                tracing::info!(tenant.id = %principal.tenant_id, fragment.id = %id, "fragment forgotten");
-                Ok(ForgetResponse {
-                    deleted: 1,
-                    protected: 0,
-                })
-            }
         }
     }
 }
@@ -137,6 +95,23 @@ impl RememberService for RememberServer {
     ) -> Result<Response<RememberResponse>, Status> {
         handle(request, |principal, message| async move {
             RememberServer::remember(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn amend(
+        &self,
+        request: Request<AmendRequest>,
+    ) -> Result<Response<AmendResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RememberServer::amend(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn link(&self, request: Request<LinkRequest>) -> Result<Response<LinkResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RememberServer::link(self, &principal, message).await
         })
         .await
     }

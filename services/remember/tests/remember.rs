@@ -604,3 +604,293 @@ mod write_path {
         assert_eq!(no_session.code, mneme_core::ErrorCode::InvalidArgument);
     }
 }
+
+mod edits {
+    use super::*;
+    use mneme_cache::Cache;
+    use mneme_core::ErrorCode;
+    use mneme_proto::v1::{AmendRequest, KeywordList, LinkRequest};
+
+    struct Harness {
+        db: TestDatabase,
+        tenant: TestTenant,
+        server: RememberServer,
+    }
+
+    async fn harness() -> Harness {
+        let db = TestDatabase::create().await;
+        let redis = TestRedis::new();
+        let store = db.store();
+        let tenant = create_tenant(&store, "editor", ALL_PERMISSIONS).await;
+        let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+        let server = RememberServer::new(store, cache, Config::defaults().remember);
+        Harness { db, tenant, server }
+    }
+
+    impl Harness {
+        fn who(&self) -> Principal {
+            let mut p = principal(&self.tenant, ALL_PERMISSIONS);
+            p.workspace = None;
+            p
+        }
+
+        async fn store(&self, content: &str, kind: &str, topic: &str) -> String {
+            self.server
+                .remember(
+                    &self.who(),
+                    RememberRequest {
+                        content: content.into(),
+                        r#type: kind.into(),
+                        topic: topic.into(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap()
+                .id
+        }
+
+        async fn count(&self, condition: &str) -> i64 {
+            self.db
+                .count_in_tenant(self.tenant.tenant_id, condition)
+                .await
+        }
+    }
+
+    #[tokio::test]
+    async fn forget_by_topic_respects_protection_and_dry_runs() {
+        let h = harness().await;
+        for i in 0..4 {
+            h.store(
+                &format!("Scratch note {i} about the prototype build."),
+                "fact",
+                "scratch",
+            )
+            .await;
+        }
+        h.store(
+            "Always keep the prototype signing key offline.",
+            "preference",
+            "scratch",
+        )
+        .await;
+        let dry = h
+            .server
+            .forget(
+                &h.who(),
+                ForgetRequest {
+                    topic: Some("scratch".into()),
+                    dry_run: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!((dry.deleted, dry.ids.len(), dry.protected), (0, 4, 1));
+        assert_eq!(h.count("topic = 'scratch'").await, 5);
+        let done = h
+            .server
+            .forget(
+                &h.who(),
+                ForgetRequest {
+                    topic: Some("scratch".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!((done.deleted, done.protected), (4, 1));
+        assert_eq!(h.count("topic = 'scratch'").await, 1);
+        let neither = h
+            .server
+            .forget(&h.who(), ForgetRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(neither.code, ErrorCode::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn amendments_keep_history_and_refuse_duplicates() {
+        let h = harness().await;
+        let id = h
+            .store(
+                "The API rate limit is 100 requests per minute.",
+                "fact",
+                "api",
+            )
+            .await;
+        let other = h
+            .store(
+                "The API rate limit is 200 requests per minute.",
+                "fact",
+                "api-next",
+            )
+            .await;
+        let amended = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: id.clone(),
+                    content: Some("The API rate limit is 120 requests per minute.".into()),
+                    keywords: Some(KeywordList {
+                        values: vec!["rate-limit".into()],
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(amended.updated);
+        assert_eq!((amended.id.as_str(), amended.versions), (id.as_str(), 1));
+        assert_eq!(
+            h.count(&format!(
+                "id = '{id}' AND content LIKE '%120%' AND keywords = '{{rate-limit}}' AND embedding IS NULL"
+            ))
+            .await,
+            1
+        );
+        // The same content as another memory: nothing changes.
+        let clash = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: id.clone(),
+                    content: Some("The API rate limit is 200 requests per minute.".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(!clash.updated);
+        assert_eq!(clash.existing_id.as_deref(), Some(other.as_str()));
+        // Supersede: a new memory, the old one stops being valid.
+        let replaced = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: id.clone(),
+                    content: Some("The API rate limit is 150 requests per minute.".into()),
+                    supersede: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_ne!(replaced.id, id);
+        assert_eq!(
+            h.count(&format!("id = '{id}' AND valid_to IS NOT NULL"))
+                .await,
+            1
+        );
+        let stale = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: id.clone(),
+                    importance: Some(0.4),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(stale.message.contains("superseded"), "{}", stale.message);
+        let missing = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code, ErrorCode::NotFound);
+    }
+
+    #[tokio::test]
+    async fn links_refuse_cycles_and_resolving_an_error_marks_it() {
+        let h = harness().await;
+        let outage = h
+            .store(
+                "The checkout outage was caused by an expired certificate.",
+                "error",
+                "checkout",
+            )
+            .await;
+        let cert = h
+            .store(
+                "The wildcard certificate expired on the first of March.",
+                "fact",
+                "tls",
+            )
+            .await;
+        let renewal = h
+            .store(
+                "Certificates now renew automatically thirty days early.",
+                "procedure",
+                "tls",
+            )
+            .await;
+        let link = |from: &str, to: &str, relation: &str| LinkRequest {
+            from_id: from.into(),
+            to_id: to.into(),
+            relation_type: relation.into(),
+            ..Default::default()
+        };
+        assert!(
+            h.server
+                .link(&h.who(), link(&outage, &cert, "caused_by"))
+                .await
+                .unwrap()
+                .linked
+        );
+        let cycle = h
+            .server
+            .link(&h.who(), link(&cert, &outage, "caused_by"))
+            .await
+            .unwrap_err();
+        assert!(cycle.message.contains("cycle"), "{}", cycle.message);
+        // The reverse direction is fine for an undirected relation.
+        assert!(
+            h.server
+                .link(&h.who(), link(&cert, &outage, "related"))
+                .await
+                .unwrap()
+                .linked
+        );
+        assert!(
+            h.server
+                .link(&h.who(), link(&outage, &renewal, "resolved_by"))
+                .await
+                .unwrap()
+                .linked
+        );
+        assert_eq!(
+            h.count(&format!(
+                "id = '{outage}' AND resolution_status = 'resolved' AND importance <= 0.5"
+            ))
+            .await,
+            1
+        );
+        let reserved = h
+            .server
+            .link(&h.who(), link(&cert, &renewal, "temporal"))
+            .await
+            .unwrap_err();
+        assert_eq!(reserved.code, ErrorCode::InvalidArgument);
+        let foreign = h
+            .server
+            .link(
+                &h.who(),
+                link(&cert, &uuid::Uuid::new_v4().to_string(), "related"),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(foreign.code, ErrorCode::NotFound);
+    }
+}

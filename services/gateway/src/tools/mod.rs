@@ -8,10 +8,14 @@
 //! ([`Registry::authorize`]): a tool that is not registered cannot be
 //! called by anybody (default deny).
 //!
-//! Tool implementations live in submodules ([`memory`]); each turns JSON
-//! arguments into a gRPC request and the reply into JSON.
+//! Tool implementations live in one submodule per concern ([`remember`],
+//! [`recall`], [`edit`]); each turns JSON arguments into a gRPC request and
+//! the reply into JSON. [`kinds`] holds the enumerations they share.
 
-mod memory;
+mod edit;
+mod kinds;
+mod recall;
+mod remember;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -239,7 +243,11 @@ impl std::fmt::Debug for Registry {
 /// The registry, built once.
 pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     let mut tools = BTreeMap::new();
-    for spec in memory::tools() {
+    let all = remember::tools()
+        .into_iter()
+        .chain(recall::tools())
+        .chain(edit::tools());
+    for spec in all {
         let name = spec.name;
         assert!(
             tools.insert(name, spec).is_none(),

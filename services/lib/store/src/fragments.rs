@@ -141,46 +141,81 @@ pub async fn insert(
         .ok_or_else(|| StoreError::Invalid("fragment changed concurrently; retry".into()))
 }
 
-/// The result of `forget`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForgetOutcome {
-    Deleted,
-    /// Permanent or anchored; deleting it needs `force`.
-    Protected,
-    /// Absent or not readable by the caller (indistinguishable on purpose).
-    NotFound,
+/// Which fragments `forget` targets.
+#[derive(Debug, Clone, Copy)]
+pub enum ForgetTarget<'a> {
+    Id(Uuid),
+    /// The oldest fragments of a topic, at most `limit`.
+    Topic {
+        topic: &'a str,
+        limit: i64,
+    },
 }
 
-/// Deletes one fragment the caller can read (its keys, its agent or the
-/// shared `default` agent). Links go with it (cascade).
+/// What `forget` did (or, on a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forgotten {
+    pub deleted: Vec<Uuid>,
+    /// Permanent or anchored fragments kept because `force` was not set.
+    pub protected: u32,
+    /// Whether anything matched the target at all.
+    pub matched: bool,
+}
+
+/// Deletes fragments the caller can read (its keys, its agent or the shared
+/// `default` agent). Links, versions and evidence go with them (cascade).
 pub async fn forget(
     tx: &TenantTx<'_>,
     readable_keys: &[Uuid],
     agent_id: &str,
-    id: Uuid,
+    target: ForgetTarget<'_>,
     force: bool,
-) -> Result<ForgetOutcome> {
-    let row = tx
-        .query_opt(
-            "WITH target AS (
+    dry_run: bool,
+) -> Result<Forgotten> {
+    let (id, topic, limit) = match target {
+        ForgetTarget::Id(id) => (Some(id), None, 1),
+        ForgetTarget::Topic { topic, limit } => (None, Some(topic), limit),
+    };
+    let rows = tx
+        .query(
+            "WITH targets AS (
                  SELECT id, (ttl_tier = 'permanent' OR is_anchor) AS protected
                    FROM mneme.fragments
-                  WHERE tenant_id = $1 AND id = $2 AND key_id = ANY($3)
-                    AND agent_id IN ($5, 'default')
+                  WHERE tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')
+                    AND ($4::uuid IS NULL OR id = $4) AND ($5::text IS NULL OR topic = $5)
+                  ORDER BY created_at
+                  LIMIT $6
                     FOR UPDATE),
              deleted AS (
-                 DELETE FROM mneme.fragments f USING target
-                  WHERE f.tenant_id = $1 AND f.id = target.id AND (NOT target.protected OR $4)
+                 DELETE FROM mneme.fragments f USING targets t
+                  WHERE NOT $8 AND f.tenant_id = $1 AND f.id = t.id AND (NOT t.protected OR $7)
                  RETURNING f.id)
-             SELECT EXISTS (SELECT FROM deleted) FROM target",
-            &[&tx.tenant_id(), &id, &readable_keys, &force, &agent_id],
+             SELECT id, protected FROM targets",
+            &[
+                &tx.tenant_id(),
+                &readable_keys,
+                &agent_id,
+                &id,
+                &topic,
+                &limit,
+                &force,
+                &dry_run,
+            ],
         )
         .await?;
-    Ok(match row {
-        None => ForgetOutcome::NotFound,
-        Some(row) if row.get::<_, bool>(0) => ForgetOutcome::Deleted,
-        Some(_) => ForgetOutcome::Protected,
-    })
+    let mut forgotten = Forgotten {
+        matched: !rows.is_empty(),
+        ..Forgotten::default()
+    };
+    for row in rows {
+        let protected: bool = row.get(1);
+        if protected && !force {
+            forgotten.protected += 1;
+        } else {
+            forgotten.deleted.push(row.get(0));
+        }
+    }
+    Ok(forgotten)
 }
 
 /// Which fragments a search may return.
@@ -564,4 +599,164 @@ pub async fn count_active(tx: &TenantTx<'_>, key_id: Uuid) -> Result<i64> {
         )
         .await?
         .get(0))
+}
+
+/// Every column an amendment may need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredFragment {
+    pub id: Uuid,
+    pub key_id: Uuid,
+    pub agent_id: String,
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub content: String,
+    pub content_hash: String,
+    pub topic: String,
+    pub keywords: Vec<String>,
+    pub fragment_type: String,
+    pub importance: f32,
+    pub ttl_tier: String,
+    pub is_anchor: bool,
+    pub source: Option<String>,
+    pub context_summary: Option<String>,
+    pub case_id: Option<String>,
+    pub goal: Option<String>,
+    pub outcome: Option<String>,
+    pub phase: Option<String>,
+    pub resolution_status: Option<String>,
+    pub assertion_status: String,
+    pub affect: String,
+    pub occurred_at: Option<DateTime<Utc>>,
+    pub valid_to: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Row> for StoredFragment {
+    fn from(row: &Row) -> Self {
+        Self {
+            id: row.get("id"),
+            key_id: row.get("key_id"),
+            agent_id: row.get("agent_id"),
+            session_id: row.get("session_id"),
+            workspace: row.get("workspace"),
+            content: row.get("content"),
+            content_hash: row.get("content_hash"),
+            topic: row.get("topic"),
+            keywords: row.get("keywords"),
+            fragment_type: row.get("type"),
+            importance: row.get("importance"),
+            ttl_tier: row.get("ttl_tier"),
+            is_anchor: row.get("is_anchor"),
+            source: row.get("source"),
+            context_summary: row.get("context_summary"),
+            case_id: row.get("case_id"),
+            goal: row.get("goal"),
+            outcome: row.get("outcome"),
+            phase: row.get("phase"),
+            resolution_status: row.get("resolution_status"),
+            assertion_status: row.get("assertion_status"),
+            affect: row.get("affect"),
+            occurred_at: row.get("occurred_at"),
+            valid_to: row.get("valid_to"),
+            created_at: row.get("created_at"),
+        }
+    }
+}
+
+const STORED_COLUMNS: &str = "id, key_id, agent_id, session_id, workspace, content, content_hash, topic,
+    keywords, type, importance, ttl_tier, is_anchor, source, context_summary, case_id, goal, outcome,
+    phase, resolution_status, assertion_status, affect, occurred_at, valid_to, created_at";
+
+/// Loads fragments the caller can read (keys and agent), locking them for
+/// update when `lock` is set. Order unspecified.
+pub async fn load(
+    tx: &TenantTx<'_>,
+    readable_keys: &[Uuid],
+    agent_id: &str,
+    ids: &[Uuid],
+    lock: bool,
+) -> Result<Vec<StoredFragment>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {STORED_COLUMNS} FROM mneme.fragments
+                  WHERE tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')
+                    AND id = ANY($4) {}",
+                if lock { "FOR UPDATE" } else { "" }
+            ),
+            &[&tx.tenant_id(), &readable_keys, &agent_id, &ids],
+        )
+        .await?;
+    Ok(rows.iter().map(StoredFragment::from).collect())
+}
+
+/// Another fragment of the same key with this content, if any.
+pub async fn find_by_hash(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    content_hash: &str,
+    except: Uuid,
+) -> Result<Option<Uuid>> {
+    Ok(tx
+        .query_opt(
+            "SELECT id FROM mneme.fragments
+              WHERE tenant_id = $1 AND key_id = $2 AND content_hash = $3 AND id <> $4",
+            &[&tx.tenant_id(), &key_id, &content_hash, &except],
+        )
+        .await?
+        .map(|row| row.get(0)))
+}
+
+/// Writes an amended fragment in place. A new content clears the embedding,
+/// which the worker recomputes. The caller records the previous version.
+pub async fn apply_amendment(
+    tx: &TenantTx<'_>,
+    id: Uuid,
+    amended: &PreparedFragment,
+    content_changed: bool,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE mneme.fragments SET
+            content = $3, content_hash = $4, topic = $5, keywords = $6, type = $7, importance = $8,
+            ttl_tier = $9, is_anchor = $10, search_tsv = $11::text::tsvector, estimated_tokens = $12,
+            case_id = $13, phase = $14, resolution_status = $15, assertion_status = $16, affect = $17,
+            embedding = CASE WHEN $18 THEN NULL ELSE embedding END,
+            embedding_model = CASE WHEN $18 THEN NULL ELSE embedding_model END
+          WHERE tenant_id = $1 AND id = $2",
+        &[
+            &tx.tenant_id(),
+            &id,
+            &amended.content,
+            &amended.content_hash,
+            &amended.topic,
+            &amended.keywords,
+            &amended.fragment_type.as_str(),
+            &amended.importance,
+            &amended.ttl_tier.as_str(),
+            &amended.is_anchor,
+            &amended.search_lexemes,
+            &(amended.estimated_tokens as i32),
+            &amended.case.case_id,
+            &amended.case.phase,
+            &amended.case.resolution_status.map(|s| s.as_str()),
+            &amended.assertion_status.as_str(),
+            &amended.affect.as_str(),
+            &content_changed,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Marks an error as resolved and caps its importance, because something
+/// now resolves it.
+pub async fn resolve_error(tx: &TenantTx<'_>, id: Uuid) -> Result<()> {
+    tx.execute(
+        "UPDATE mneme.fragments
+            SET importance = LEAST(importance, 0.5), resolution_status = 'resolved'
+          WHERE tenant_id = $1 AND id = $2 AND type = 'error'",
+        &[&tx.tenant_id(), &id],
+    )
+    .await?;
+    Ok(())
 }

@@ -20,6 +20,7 @@ pub mod key_groups;
 pub mod links;
 pub mod migrate;
 pub mod tenants;
+pub mod versions;
 
 use std::ops::Deref;
 use std::str::FromStr;

@@ -5,7 +5,7 @@ use mneme_core::Permission;
 use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::Tokenizer;
 use mneme_store::api_keys::NewKey;
-use mneme_store::fragments::{self, Author, ForgetOutcome, SearchScope, WriteOutcome};
+use mneme_store::fragments::{self, Author, ForgetTarget, SearchScope, WriteOutcome};
 use mneme_store::{Store, StoreOptions, TenantTx, api_keys, key_groups, tenants};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
@@ -152,6 +152,17 @@ async fn duplicates_and_idempotent_retries_return_the_original() {
 
 #[tokio::test]
 async fn forget_is_tenant_scoped_and_respects_protection() {
+    async fn forget(
+        tx: &TenantTx<'_>,
+        keys: &[Uuid],
+        target: ForgetTarget<'_>,
+        force: bool,
+    ) -> fragments::Forgotten {
+        fragments::forget(tx, keys, "default", target, force, false)
+            .await
+            .unwrap()
+    }
+
     let db = TestDatabase::create().await;
     let store = db.store();
     let a = create_tenant(&store, "owner-a", ALL_PERMISSIONS).await;
@@ -160,18 +171,10 @@ async fn forget_is_tenant_scoped_and_respects_protection() {
 
     let mut client = store.client().await.unwrap();
     let tx = TenantTx::begin(&mut client, b.tenant_id).await.unwrap();
-    assert_eq!(
-        fragments::forget(&tx, &[b.key_id], "default", id, true)
-            .await
-            .unwrap(),
-        ForgetOutcome::NotFound
-    );
-    assert_eq!(
-        fragments::forget(&tx, &[b.key_id], "default", Uuid::new_v4(), true)
-            .await
-            .unwrap(),
-        ForgetOutcome::NotFound
-    );
+    let other_tenant = forget(&tx, &[b.key_id], ForgetTarget::Id(id), true).await;
+    assert!(!other_tenant.matched && other_tenant.deleted.is_empty());
+    let random = forget(&tx, &[b.key_id], ForgetTarget::Id(Uuid::new_v4()), true).await;
+    assert_eq!(random, other_tenant);
     drop(tx);
 
     let tx = TenantTx::begin(&mut client, a.tenant_id).await.unwrap();
@@ -182,24 +185,15 @@ async fn forget_is_tenant_scoped_and_respects_protection() {
     anchor.is_anchor = true;
     anchor.ttl_tier = mneme_core::TtlTier::Permanent;
     let anchor = fragments::insert(&tx, author(&a), &anchor).await.unwrap();
+    let kept = forget(&tx, &[a.key_id], ForgetTarget::Id(anchor.id), false).await;
     assert_eq!(
-        fragments::forget(&tx, &[a.key_id], "default", anchor.id, false)
-            .await
-            .unwrap(),
-        ForgetOutcome::Protected
+        (kept.matched, kept.protected, kept.deleted.len()),
+        (true, 1, 0)
     );
-    assert_eq!(
-        fragments::forget(&tx, &[a.key_id], "default", anchor.id, true)
-            .await
-            .unwrap(),
-        ForgetOutcome::Deleted
-    );
-    assert_eq!(
-        fragments::forget(&tx, &[a.key_id], "default", id, false)
-            .await
-            .unwrap(),
-        ForgetOutcome::Deleted
-    );
+    let forced = forget(&tx, &[a.key_id], ForgetTarget::Id(anchor.id), true).await;
+    assert_eq!(forced.deleted, vec![anchor.id]);
+    let plain = forget(&tx, &[a.key_id], ForgetTarget::Id(id), false).await;
+    assert_eq!(plain.deleted, vec![id]);
     tx.commit().await.unwrap();
 }
 

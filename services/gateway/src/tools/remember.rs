@@ -1,39 +1,15 @@
-//! The long-term memory tools: `remember`, `recall`, `forget`.
+//! `remember` and `batch_remember`.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::kinds::{
+    AffectArg, AssertionStatusArg, FragmentKind, ResolutionStatusArg, Scope, wire_name,
+};
 use super::{ToolContext, ToolSpec};
-
-/// Kinds of fragments.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum FragmentKind {
-    Fact,
-    Decision,
-    Error,
-    Preference,
-    Procedure,
-    Relation,
-    Episode,
-}
-
-impl FragmentKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Fact => "fact",
-            Self::Decision => "decision",
-            Self::Error => "error",
-            Self::Preference => "preference",
-            Self::Procedure => "procedure",
-            Self::Relation => "relation",
-            Self::Episode => "episode",
-        }
-    }
-}
 
 /// Arguments of `remember`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -96,49 +72,6 @@ pub(crate) struct RememberArgs {
     /// Validate and report what would be stored, without storing anything.
     #[serde(default)]
     pub dry_run: bool,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Scope {
-    Permanent,
-    Session,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum ResolutionStatusArg {
-    Open,
-    Resolved,
-    Abandoned,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum AssertionStatusArg {
-    Observed,
-    Inferred,
-    Verified,
-    Rejected,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum AffectArg {
-    Neutral,
-    Frustration,
-    Confidence,
-    Surprise,
-    Doubt,
-    Satisfaction,
-}
-
-/// The wire name of a unit-variant enum argument.
-fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => String::new(),
-    }
 }
 
 /// Result of `remember`.
@@ -234,91 +167,6 @@ pub(crate) struct BatchRememberResult {
     pub rejected: u32,
 }
 
-/// Arguments of `recall`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RecallArgs {
-    /// Natural-language question or description of what to find (any language).
-    pub text: Option<String>,
-    /// Exact keywords to match.
-    #[serde(default)]
-    pub keywords: Vec<String>,
-    /// Only memories with exactly this topic.
-    pub topic: Option<String>,
-    /// Only memories of this kind.
-    #[serde(rename = "type")]
-    pub kind: Option<FragmentKind>,
-    /// Maximum number of memories (default 10, at most 50).
-    pub limit: Option<u32>,
-    /// Maximum estimated tokens of returned content (default 2000).
-    pub token_budget: Option<u32>,
-    /// Workspace to search besides global memories; defaults to the key's.
-    pub workspace: Option<String>,
-    /// Agent whose memories to search besides the shared ones.
-    pub agent_id: Option<String>,
-}
-
-/// One recalled memory.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RecalledMemory {
-    pub id: String,
-    pub content: String,
-    pub topic: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub keywords: Vec<String>,
-    pub importance: f32,
-    pub ttl_tier: String,
-    pub is_anchor: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
-    /// RFC 3339 creation time.
-    pub created_at: String,
-    /// Ranking score (higher is better).
-    pub score: f64,
-    /// Cosine similarity to `text`, when semantic search found it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub similarity: Option<f32>,
-    /// Search layers that found it: vector, fulltext, keyword.
-    pub matched_by: Vec<String>,
-}
-
-/// Result of `recall`.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RecallResult {
-    pub fragments: Vec<RecalledMemory>,
-    pub count: usize,
-    /// Estimated tokens of the returned content.
-    pub total_tokens: u32,
-    /// True when memories were left out to stay within `tokenBudget`.
-    pub truncated_by_budget: bool,
-    /// Search layers that ran.
-    pub layers: Vec<String>,
-}
-
-/// Arguments of `forget`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ForgetArgs {
-    /// Id of the memory to delete.
-    pub id: String,
-    /// Required to delete permanent memories and anchors.
-    #[serde(default)]
-    pub force: bool,
-    pub agent_id: Option<String>,
-}
-
-/// Result of `forget`.
-#[derive(Debug, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ForgetResult {
-    pub deleted: u32,
-    /// Kept because permanent or anchored; call again with `force: true`.
-    pub protected: u32,
-}
-
 fn outcome_name(outcome: i32) -> &'static str {
     match v1::WriteOutcome::try_from(outcome) {
         Ok(v1::WriteOutcome::Created) => "created",
@@ -360,12 +208,6 @@ fn remember_request(args: RememberArgs) -> v1::RememberRequest {
     }
 }
 
-fn rfc3339(unix_ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(unix_ms)
-        .unwrap_or_default()
-        .to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
 pub(super) fn tools() -> Vec<ToolSpec> {
     vec![
         ToolSpec::new(
@@ -386,22 +228,6 @@ pub(super) fn tools() -> Vec<ToolSpec> {
             batch_remember,
         )
         .writes(true),
-        ToolSpec::new(
-            "recall",
-            "Recall",
-            "Search long-term memory by meaning (text, any language), keywords, topic or type. \
-             Returns the most relevant memories first, within a token budget. With no arguments, \
-             returns the most important recent memories.",
-            recall,
-        ),
-        ToolSpec::new(
-            "forget",
-            "Forget",
-            "Delete one memory by id. Permanent memories and anchors need `force: true`. Use it for \
-             memories that are wrong or obsolete.",
-            forget,
-        )
-        .destroys(true),
     ]
 }
 
@@ -489,68 +315,5 @@ async fn batch_remember(
         created: result.created,
         existing: result.existing,
         rejected: result.rejected,
-    })
-}
-
-async fn recall(context: ToolContext, args: RecallArgs) -> Result<RecallResult, Error> {
-    let response = context
-        .backends
-        .recall(
-            &context.principal,
-            v1::RecallRequest {
-                text: args.text,
-                keywords: args.keywords,
-                topic: args.topic,
-                r#type: args.kind.map(|k| k.as_str().to_owned()),
-                limit: args.limit,
-                token_budget: args.token_budget,
-                workspace: args.workspace,
-                agent_id: args.agent_id,
-            },
-        )
-        .await?;
-    let fragments: Vec<RecalledMemory> = response
-        .fragments
-        .into_iter()
-        .map(|f| RecalledMemory {
-            created_at: rfc3339(f.created_at_unix_ms),
-            id: f.id,
-            content: f.content,
-            topic: f.topic,
-            kind: f.r#type,
-            keywords: f.keywords,
-            importance: f.importance,
-            ttl_tier: f.ttl_tier,
-            is_anchor: f.is_anchor,
-            workspace: f.workspace,
-            score: f.score,
-            similarity: f.similarity,
-            matched_by: f.matched_by,
-        })
-        .collect();
-    Ok(RecallResult {
-        count: fragments.len(),
-        fragments,
-        total_tokens: response.total_tokens,
-        truncated_by_budget: response.truncated_by_budget,
-        layers: response.layers,
-    })
-}
-
-async fn forget(context: ToolContext, args: ForgetArgs) -> Result<ForgetResult, Error> {
-    let response = context
-        .backends
-        .forget(
-            &context.principal,
-            v1::ForgetRequest {
-                id: args.id,
-                force: args.force,
-                agent_id: args.agent_id,
-            },
-        )
-        .await?;
-    Ok(ForgetResult {
-        deleted: response.deleted,
-        protected: response.protected,
     })
 }
