@@ -7,7 +7,9 @@
 //!
 //! The embedding queue is the `fragments` table itself: rows whose
 //! `embedding IS NULL`. A worker takes a batch of one tenant's rows with
-//! `FOR UPDATE SKIP LOCKED`, embeds them and commits, all in one
+//! `FOR NO KEY UPDATE SKIP LOCKED` (which, unlike `FOR UPDATE`, does not
+//! wait for or skip rows that a concurrent link insert merely references),
+//! embeds them and commits, all in one
 //! transaction. Any number of workers can run; a worker killed mid-batch
 //! loses nothing (its transaction rolls back and the rows are taken again).
 //! Workers learn about new rows from a Redis wake-up published by the

@@ -69,7 +69,7 @@ async fn queue_state(db: &TestDatabase, tenant_id: Uuid) -> (i64, i64) {
     let available = tx
         .query(
             "SELECT id FROM mneme.fragments WHERE tenant_id = $1 AND embedding IS NULL
-               FOR UPDATE SKIP LOCKED",
+               FOR NO KEY UPDATE SKIP LOCKED",
             &[&tenant_id],
         )
         .await

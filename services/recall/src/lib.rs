@@ -1,47 +1,65 @@
 //! The recall service: the read path of long-term memory
 //! (`mneme.v1.RecallService`).
 //!
-//! Layout: [`RecallServer`] runs hybrid search; [`run`] wires configuration,
-//! PostgreSQL, Redis, the embedder and the gRPC server.
+//! Layout:
+//! - [`RecallServer`]: the service; [`run`] wires configuration, PostgreSQL,
+//!   Redis, the embedder and the gRPC server.
+//! - `query`: validation, filters, pagination cursor.
+//! - `search` (in this file): the layers inside one tenant transaction.
+//! - `rank`: scoring, pages, explanations, hints (pure).
+//! - `enrich`: links, surrounding context and cases of a page.
 //!
 //! One recall, inside a single tenant transaction:
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
 //!    the full-text and keyword layers run, pipelined on one connection;
 //! 2. the vector layer searches the HNSW index of the tenant's partition;
-//! 3. Reciprocal Rank Fusion merges the layers by id;
-//! 4. the final score blends fused relevance with importance and recency;
-//! 5. the limit and the token budget cut the list.
+//! 3. the graph layer adds fragments one link away from the best hits;
+//! 4. Reciprocal Rank Fusion merges the layers by id;
+//! 5. the final score blends fused relevance with importance and recency;
+//! 6. a page is cut by limit and token budget, then enriched;
+//! 7. a search event records what happened.
 //!
 //! Every failure of an optional part (Redis, the embedder) degrades the
 //! result instead of failing it: without a query vector, recall still
-//! answers from full text and keywords.
+//! answers from full text and keywords. Access statistics are written after
+//! the answer, off the request path.
 #![forbid(unsafe_code)]
+
+mod enrich;
+mod query;
+mod rank;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use mneme_cache::Cache;
 use mneme_config::{Config, RecallConfig};
-use mneme_core::principal::resolve_agent_id;
-use mneme_core::scoring::{Layer, RankedList, ScoreWeights, final_score, rrf_fuse};
+use mneme_core::scoring::{Layer, RankedList, rrf_fuse};
 use mneme_core::text::Tokenizer;
-use mneme_core::{Error, FragmentType, Permission, Principal, Result};
+use mneme_core::{Permission, Principal, Result};
 use mneme_embed::{Embedder, TextKind};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::recall_service_server::{RecallService, RecallServiceServer};
-use mneme_proto::v1::{RecallRequest, RecallResponse, RecalledFragment};
-use mneme_store::fragments::{self, Fragment, Hit, SearchScope};
-use mneme_store::{Store, TenantTx};
+use mneme_proto::v1::{RecallRequest, RecallResponse};
+use mneme_store::fragments::{self, Fragment, Hit};
+use mneme_store::search_events::{self, SearchEvent};
+use mneme_store::{Store, TenantTx, links};
 use pgvector::Vector;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-/// Keywords taken from the query text for the keyword layer.
-const QUERY_KEYWORDS: usize = 8;
+use crate::query::Query;
+use crate::rank::Candidate;
+
+/// How much one co-retrieval strengthens a link.
+const CO_RETRIEVAL_STEP: f32 = 0.2;
+/// Top results whose pairs count as co-retrieved.
+const CO_RETRIEVAL_TOP: usize = 5;
 
 /// The read-path service.
 #[derive(Debug, Clone)]
@@ -51,6 +69,14 @@ pub struct RecallServer {
     embedder: Arc<dyn Embedder>,
     tokenizer: Arc<Tokenizer>,
     settings: Arc<RecallConfig>,
+}
+
+/// What the layers found.
+struct Found {
+    candidates: HashMap<Uuid, Candidate>,
+    rows: Vec<Fragment>,
+    layers: Vec<String>,
+    counts: HashMap<Layer, usize>,
 }
 
 impl RecallServer {
@@ -104,30 +130,87 @@ impl RecallServer {
         request: RecallRequest,
     ) -> Result<RecallResponse> {
         principal.require(Permission::Read)?;
-        let query = Query::new(request, principal, &self.settings, &self.tokenizer)?;
-        let found = self.search(principal, &query).await?;
-        let ranked = rank(
+        let started = Instant::now();
+        let now = Utc::now();
+        let mut query = Query::new(request, principal, &self.settings, &self.tokenizer, now)?;
+        let tenant = principal.tenant_id.to_string();
+        if query.exclude_seen
+            && let Some(session) = &query.session_id
+        {
+            query.exclude = self
+                .cache
+                .seen(&tenant, session)
+                .await
+                .iter()
+                .filter_map(|id| id.parse().ok())
+                .collect();
+        }
+
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let found = self.search(&tx, &query).await?;
+        let ranked = rank::rank(
             found.rows,
             &found.candidates,
             &self.settings.weights,
-            Utc::now(),
+            query.threshold,
+            now,
         );
-        Ok(cut(ranked, query.limit, query.token_budget, found.layers))
+        let mut page = rank::page(ranked, query.offset, query.limit, query.token_budget);
+        let cases = enrich::enrich(&tx, &query, &mut page.fragments).await?;
+        let count = |layer| {
+            i32::try_from(found.counts.get(&layer).copied().unwrap_or(0)).unwrap_or(i32::MAX)
+        };
+        let event_id = search_events::record(
+            &tx,
+            &SearchEvent {
+                key_id: principal.key_id,
+                session_id: query.session_id.as_deref(),
+                query_type: query.query_type(),
+                layers: &found.layers,
+                vector_count: count(Layer::Vector),
+                fulltext_count: count(Layer::FullText),
+                keyword_count: count(Layer::Keyword),
+                graph_count: count(Layer::Graph),
+                result_count: page.fragments.len() as i32,
+                latency_ms: started.elapsed().as_secs_f32() * 1000.0,
+                filter_keys: &query.filter_keys,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+
+        let returned: Vec<Uuid> = page
+            .fragments
+            .iter()
+            .filter_map(|f| f.id.parse().ok())
+            .collect();
+        self.after_recall(principal.tenant_id, returned, query.session_id.is_some());
+        Ok(RecallResponse {
+            hints: rank::hints(&page.fragments, query.include_context, now),
+            next_cursor: page
+                .has_more
+                .then(|| query.next_cursor(page.fragments.len())),
+            has_more: page.has_more,
+            total_tokens: u32::try_from(page.total_tokens).unwrap_or(u32::MAX),
+            truncated_by_budget: page.truncated_by_budget,
+            fragments: page.fragments,
+            layers: found.layers,
+            search_event_id: event_id,
+            cases,
+        })
     }
 
-    /// Runs the layers in one tenant transaction, fuses them and loads the
-    /// candidates.
-    async fn search(&self, principal: &Principal, query: &Query) -> Result<Found> {
+    /// Runs the layers, fuses them and loads the candidates.
+    async fn search(&self, tx: &TenantTx<'_>, query: &Query) -> Result<Found> {
         let scope = query.scope();
-        let limit = i64::try_from(self.settings.candidates_per_layer).unwrap_or(i64::MAX);
-        let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let limit = query.candidates(self.settings.candidates_per_layer);
 
         // The query embedding is computed while the lexical layers run.
         let lexical = async {
             let fulltext = async {
                 match &query.tsquery {
-                    Some(q) => fragments::fulltext_search(&tx, &scope, q, limit)
+                    Some(q) => fragments::fulltext_search(tx, &scope, q, limit)
                         .await
                         .map(Some),
                     None => Ok(None),
@@ -137,7 +220,7 @@ impl RecallServer {
                 if query.keywords.is_empty() {
                     Ok(None)
                 } else {
-                    fragments::keyword_search(&tx, &scope, &query.keywords, limit)
+                    fragments::keyword_search(tx, &scope, &query.keywords, limit)
                         .await
                         .map(Some)
                 }
@@ -155,7 +238,7 @@ impl RecallServer {
         let vector = match &embedding {
             Some(embedding) => Some(
                 fragments::vector_search(
-                    &tx,
+                    tx,
                     &scope,
                     embedding,
                     self.embedder.model_id(),
@@ -169,21 +252,41 @@ impl RecallServer {
 
         let mut similarity: HashMap<Uuid, f32> = HashMap::new();
         let mut lists: Vec<RankedList<Uuid>> = Vec::new();
-        if let Some(hits) = vector {
+        let ranked = |layer: Layer, weight: f64, hits: &[Hit]| RankedList {
+            layer,
+            weight,
+            ids: hits.iter().map(|h| h.id).collect(),
+        };
+        if let Some(hits) = &vector {
             similarity.extend(hits.iter().map(|h| (h.id, h.score)));
-            lists.push(ranked(Layer::Vector, &hits));
+            lists.push(ranked(Layer::Vector, 1.0, hits));
         }
-        if let Some(hits) = fulltext {
-            lists.push(ranked(Layer::FullText, &hits));
+        if let Some(hits) = &fulltext {
+            lists.push(ranked(Layer::FullText, 1.0, hits));
         }
-        if let Some(hits) = keyword {
-            lists.push(ranked(Layer::Keyword, &hits));
+        if let Some(hits) = &keyword {
+            lists.push(ranked(Layer::Keyword, 1.0, hits));
+        }
+        if self.settings.graph_weight > 0.0 && !lists.is_empty() {
+            let mut seeds: Vec<Uuid> = Vec::new();
+            for list in &lists {
+                for id in list.ids.iter().take(self.settings.graph_seeds) {
+                    if !seeds.contains(id) {
+                        seeds.push(*id);
+                    }
+                }
+            }
+            let hits = fragments::graph_neighbors(tx, &scope, &seeds, limit).await?;
+            if !hits.is_empty() {
+                lists.push(ranked(Layer::Graph, self.settings.graph_weight, &hits));
+            }
         }
         let layers = lists.iter().map(|l| l.layer.as_str().to_owned()).collect();
+        let counts = lists.iter().map(|l| (l.layer, l.ids.len())).collect();
 
         let candidates: HashMap<Uuid, Candidate> = if lists.is_empty() && query.text.is_none() {
             // No query at all: the most important recent fragments.
-            fragments::recent(&tx, &scope, limit)
+            fragments::recent(tx, &scope, limit)
                 .await?
                 .into_iter()
                 .map(|hit| (hit.id, Candidate::default()))
@@ -202,187 +305,42 @@ impl RecallServer {
                 .collect()
         };
         let ids: Vec<Uuid> = candidates.keys().copied().collect();
-        let rows = fragments::fetch(&tx, &query.key_ids, &ids).await?;
-        tx.commit().await?;
+        let rows = fragments::fetch(tx, &query.key_ids, &ids).await?;
         Ok(Found {
             candidates,
             rows,
             layers,
-        })
-    }
-}
-
-/// A validated recall request.
-#[derive(Debug)]
-struct Query {
-    limit: usize,
-    token_budget: usize,
-    text: Option<String>,
-    /// Requested keywords plus those extracted from `text`.
-    keywords: Vec<String>,
-    tsquery: Option<String>,
-    key_ids: Vec<Uuid>,
-    agent_id: String,
-    workspace: Option<String>,
-    topic: Option<String>,
-    fragment_type: Option<FragmentType>,
-}
-
-impl Query {
-    fn new(
-        request: RecallRequest,
-        principal: &Principal,
-        settings: &RecallConfig,
-        tokenizer: &Tokenizer,
-    ) -> Result<Self> {
-        let limit = match request.limit {
-            None => settings.default_limit,
-            Some(0) => return Err(Error::invalid_argument("limit must be at least 1")),
-            Some(n) => (n as usize).min(settings.max_limit),
-        };
-        let token_budget = match request.token_budget {
-            None => settings.default_token_budget,
-            Some(0) => return Err(Error::invalid_argument("tokenBudget must be at least 1")),
-            Some(n) => n as usize,
-        };
-        let fragment_type = request.r#type.as_deref().map(str::parse).transpose()?;
-        let non_empty =
-            |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let text = non_empty(request.text);
-        let mut keywords: Vec<String> = request
-            .keywords
-            .iter()
-            .map(|k| k.trim().to_lowercase())
-            .filter(|k| !k.is_empty())
-            .collect();
-        if let Some(text) = &text {
-            keywords.extend(tokenizer.extract_keywords(text, QUERY_KEYWORDS));
-        }
-        keywords.sort();
-        keywords.dedup();
-        Ok(Self {
-            limit,
-            token_budget,
-            tsquery: text.as_deref().and_then(|t| tokenizer.tsquery_literal(t)),
-            text,
-            keywords,
-            key_ids: principal.readable_key_ids(),
-            agent_id: resolve_agent_id(request.agent_id.as_deref(), principal)?,
-            workspace: non_empty(request.workspace).or_else(|| principal.workspace.clone()),
-            topic: non_empty(request.topic),
-            fragment_type,
+            counts,
         })
     }
 
-    fn scope(&self) -> SearchScope<'_> {
-        SearchScope {
-            key_ids: &self.key_ids,
-            agent_id: &self.agent_id,
-            workspace: self.workspace.as_deref(),
-            topic: self.topic.as_deref(),
-            fragment_type: self.fragment_type.map(FragmentType::as_str),
+    /// Access statistics and co-retrieval links, written after the answer
+    /// in a transaction of their own: a failure here never fails a recall.
+    fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, in_session: bool) {
+        let track = self.settings.track_access;
+        let co_retrieval = self.settings.co_retrieval_links && in_session && returned.len() > 1;
+        if returned.is_empty() || !(track || co_retrieval) {
+            return;
         }
-    }
-}
-
-/// What the layers said about one fragment.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Candidate {
-    /// Normalised RRF relevance in (0, 1]; 0 for a query-less browse.
-    relevance: f64,
-    similarity: Option<f32>,
-    layers: Vec<Layer>,
-}
-
-/// The outcome of the search step.
-#[derive(Debug)]
-struct Found {
-    candidates: HashMap<Uuid, Candidate>,
-    rows: Vec<Fragment>,
-    layers: Vec<String>,
-}
-
-/// Scores candidates (relevance, importance, recency), best first.
-fn rank(
-    rows: Vec<Fragment>,
-    candidates: &HashMap<Uuid, Candidate>,
-    weights: &ScoreWeights,
-    now: DateTime<Utc>,
-) -> Vec<RecalledFragment> {
-    let mut scored: Vec<RecalledFragment> = rows
-        .into_iter()
-        .filter_map(|row| {
-            let candidate = candidates.get(&row.id)?;
-            let age_days = (now - row.created_at).num_seconds() as f64 / 86_400.0;
-            let score = final_score(
-                candidate.relevance,
-                f64::from(row.importance),
-                age_days,
-                weights,
-            );
-            Some(RecalledFragment {
-                id: row.id.to_string(),
-                content: row.content,
-                topic: row.topic,
-                r#type: row.fragment_type,
-                keywords: row.keywords,
-                importance: row.importance,
-                ttl_tier: row.ttl_tier,
-                is_anchor: row.is_anchor,
-                workspace: row.workspace,
-                created_at_unix_ms: row.created_at.timestamp_millis(),
-                score,
-                similarity: candidate.similarity,
-                matched_by: candidate
-                    .layers
-                    .iter()
-                    .map(|l| l.as_str().to_owned())
-                    .collect(),
-                estimated_tokens: u32::try_from(row.estimated_tokens).unwrap_or(0),
-            })
-        })
-        .collect();
-    scored.sort_by(|a, b| b.score.total_cmp(&a.score));
-    scored
-}
-
-/// Keeps at most `limit` fragments within `token_budget`, in rank order. A
-/// fragment that does not fit is skipped, so one long fragment cannot hide
-/// every shorter one after it.
-fn cut(
-    ranked: Vec<RecalledFragment>,
-    limit: usize,
-    token_budget: usize,
-    layers: Vec<String>,
-) -> RecallResponse {
-    let mut total_tokens = 0usize;
-    let mut truncated_by_budget = false;
-    let mut fragments = Vec::with_capacity(limit.min(ranked.len()));
-    for fragment in ranked {
-        if fragments.len() == limit {
-            break;
-        }
-        let tokens = fragment.estimated_tokens as usize;
-        if total_tokens + tokens > token_budget {
-            truncated_by_budget = true;
-            continue;
-        }
-        total_tokens += tokens;
-        fragments.push(fragment);
-    }
-    RecallResponse {
-        fragments,
-        total_tokens: u32::try_from(total_tokens).unwrap_or(u32::MAX),
-        truncated_by_budget,
-        layers,
-    }
-}
-
-fn ranked(layer: Layer, hits: &[Hit]) -> RankedList<Uuid> {
-    RankedList {
-        layer,
-        weight: 1.0,
-        ids: hits.iter().map(|h| h.id).collect(),
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let result: Result<(), mneme_store::StoreError> = async {
+                let mut client = store.client().await?;
+                let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                if track {
+                    fragments::record_access(&tx, &returned).await?;
+                }
+                if co_retrieval {
+                    let top: Vec<Uuid> = returned.iter().take(CO_RETRIEVAL_TOP).copied().collect();
+                    links::strengthen_co_retrieval(&tx, &top, CO_RETRIEVAL_STEP).await?;
+                }
+                tx.commit().await
+            }
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "recording recall access failed");
+            }
+        });
     }
 }
 
@@ -431,39 +389,4 @@ pub async fn run(
         shutdown,
     )
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fragment(tokens: u32, score: f64) -> RecalledFragment {
-        RecalledFragment {
-            estimated_tokens: tokens,
-            score,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn cut_skips_what_does_not_fit_and_keeps_filling() {
-        let ranked = vec![fragment(50, 3.0), fragment(500, 2.0), fragment(40, 1.0)];
-        let response = cut(ranked, 10, 100, vec![]);
-        let tokens: Vec<u32> = response
-            .fragments
-            .iter()
-            .map(|f| f.estimated_tokens)
-            .collect();
-        assert_eq!(tokens, vec![50, 40]);
-        assert_eq!(response.total_tokens, 90);
-        assert!(response.truncated_by_budget);
-    }
-
-    #[test]
-    fn cut_stops_at_the_limit_without_reporting_truncation() {
-        let ranked = vec![fragment(10, 3.0), fragment(10, 2.0), fragment(10, 1.0)];
-        let response = cut(ranked, 2, 1000, vec![]);
-        assert_eq!(response.fragments.len(), 2);
-        assert!(!response.truncated_by_budget);
-    }
 }

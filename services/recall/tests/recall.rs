@@ -37,6 +37,7 @@ impl Embedder for DownEmbedder {
 
 struct Harness {
     _db: TestDatabase,
+    redis: TestRedis,
     tenant: TestTenant,
     remember: RememberServer,
     recall: RecallServer,
@@ -64,6 +65,7 @@ impl Harness {
             ),
             worker: EmbeddingWorker::new(store, embedder, 32),
             tenant,
+            redis,
             _db: db,
         }
     }
@@ -374,4 +376,453 @@ async fn recall_needs_the_read_permission() {
         .await
         .unwrap_err();
     assert_eq!(err.code, ErrorCode::PermissionDenied);
+}
+
+mod filters_and_pages {
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use mneme_core::Permission;
+    use mneme_proto::v1::{LinkRequest, RecallRequest, RememberRequest};
+    use mneme_store::{TenantTx, api_keys, key_groups};
+
+    use super::*;
+
+    fn fact(content: &str) -> RememberRequest {
+        RememberRequest {
+            content: content.into(),
+            r#type: "fact".into(),
+            topic: "filters".into(),
+            ..Default::default()
+        }
+    }
+
+    impl Harness {
+        async fn put(&self, request: RememberRequest) -> String {
+            self.remember
+                .remember(&self.principal(), request)
+                .await
+                .unwrap()
+                .id
+        }
+
+        async fn ids_for(&self, request: RecallRequest) -> Vec<String> {
+            self.recall(request)
+                .await
+                .fragments
+                .into_iter()
+                .map(|f| f.id)
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cursor_walks_every_result_once_and_pages_do_not_shift() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        for i in 0..25 {
+            h.put(fact(&format!(
+                "Inventory item {i:02} is stored in warehouse aisle {i}."
+            )))
+            .await;
+        }
+        let query = |cursor: Option<String>| RecallRequest {
+            text: Some("inventory item warehouse aisle".into()),
+            limit: Some(10),
+            cursor,
+            ..Default::default()
+        };
+        let first = h.recall(query(None)).await;
+        assert_eq!(first.fragments.len(), 10);
+        assert!(first.has_more);
+        // Written after the first page: it must not shift the next pages.
+        h.put(fact("Inventory item 99 is stored in warehouse aisle 99."))
+            .await;
+        let second = h.recall(query(first.next_cursor.clone())).await;
+        let third = h.recall(query(second.next_cursor.clone())).await;
+        assert_eq!((second.fragments.len(), third.fragments.len()), (10, 5));
+        assert!(!third.has_more && third.next_cursor.is_none());
+        let mut all: Vec<String> = [first, second, third]
+            .into_iter()
+            .flat_map(|page| page.fragments.into_iter().map(|f| f.content))
+            .collect();
+        assert!(!all.iter().any(|c| c.contains("99")));
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 25);
+    }
+
+    #[tokio::test]
+    async fn as_of_is_a_real_validity_filter() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let old = h
+            .put(fact("The on-call phone number is extension 4411."))
+            .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before_change = Utc::now();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let new = h
+            .put(RememberRequest {
+                supersedes: vec![old.clone()],
+                ..fact("The on-call phone number is extension 5522.")
+            })
+            .await;
+        let text = || RecallRequest {
+            text: Some("on-call phone extension".into()),
+            ..Default::default()
+        };
+        assert_eq!(h.ids_for(text()).await, vec![new.clone()]);
+        let then = h
+            .ids_for(RecallRequest {
+                as_of_unix_ms: Some(before_change.timestamp_millis()),
+                ..text()
+            })
+            .await;
+        assert_eq!(
+            then,
+            vec![old.clone()],
+            "asOf shows what was valid then, and only that"
+        );
+        let mut everything = h
+            .ids_for(RecallRequest {
+                include_superseded: true,
+                ..text()
+            })
+            .await;
+        everything.sort();
+        let mut expected = vec![old, new];
+        expected.sort();
+        assert_eq!(everything, expected);
+    }
+
+    #[tokio::test]
+    async fn time_ranges_use_event_time_and_read_korean_and_english() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let day = 86_400_000i64;
+        let now = Utc::now().timestamp_millis();
+        let last_month = h
+            .put(RememberRequest {
+                occurred_at_unix_ms: Some(now - 40 * day),
+                ..fact("The quarterly review meeting covered the hiring plan.")
+            })
+            .await;
+        let yesterday = h
+            .put(RememberRequest {
+                occurred_at_unix_ms: Some(now - day),
+                ..fact("The weekly review meeting covered the release plan.")
+            })
+            .await;
+        let ranged = |from: &str, to: &str| RecallRequest {
+            text: Some("review meeting plan".into()),
+            time_from: Some(from.into()),
+            time_to: Some(to.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            h.ids_for(ranged("어제", "어제")).await,
+            vec![yesterday.clone()]
+        );
+        assert_eq!(
+            h.ids_for(ranged("yesterday", "today")).await,
+            vec![yesterday]
+        );
+        assert_eq!(
+            h.ids_for(ranged("60 days ago", "30 days ago")).await,
+            vec![last_month]
+        );
+        let nonsense = h
+            .recall
+            .recall(&h.principal(), ranged("someday", "today"))
+            .await
+            .unwrap_err();
+        assert_eq!(nonsense.code, ErrorCode::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn fragments_found_by_both_keyword_and_vector_search_are_returned_not_dropped() {
+        // Regression: the reference's RRF merge dropped hits found by its
+        // keyword layer and another layer.
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let id = h
+            .put(RememberRequest {
+                keywords: vec!["kafka".into(), "retention".into()],
+                ..fact("Kafka retention on the events topic is seven days.")
+            })
+            .await;
+        h.embed_all().await;
+        let response = h
+            .recall(RecallRequest {
+                text: Some("kafka retention".into()),
+                keywords: vec!["kafka".into()],
+                ..Default::default()
+            })
+            .await;
+        let found = response
+            .fragments
+            .iter()
+            .find(|f| f.id == id)
+            .expect("returned");
+        for layer in ["vector", "fulltext", "keyword"] {
+            assert!(
+                found.matched_by.contains(&layer.to_owned()),
+                "{:?}",
+                found.matched_by
+            );
+        }
+        assert!(
+            found
+                .explanations
+                .contains(&"semantic_similarity".to_owned())
+        );
+        assert!(
+            found
+                .explanations
+                .contains(&"direct_keyword_match".to_owned())
+        );
+        assert!(
+            found.content.starts_with("Kafka"),
+            "content survives the merge"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_graph_layer_adds_linked_fragments_and_links_carry_previews() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let cause = h
+            .put(fact("The payment outage started after the DNS change."))
+            .await;
+        let effect = h
+            .put(fact("Customers saw checkout timeouts for forty minutes."))
+            .await;
+        h.remember
+            .link(
+                &h.principal(),
+                LinkRequest {
+                    from_id: effect.clone(),
+                    to_id: cause.clone(),
+                    relation_type: "caused_by".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let response = h.recall(text("payment outage DNS")).await;
+        let neighbor = response
+            .fragments
+            .iter()
+            .find(|f| f.id == effect)
+            .expect("graph neighbour");
+        assert_eq!(neighbor.matched_by, vec!["graph"]);
+        let top = response.fragments.iter().find(|f| f.id == cause).unwrap();
+        assert_eq!(top.linked.len(), 1);
+        assert_eq!(top.linked[0].id, effect);
+        assert_eq!(top.linked[0].direction, "incoming");
+        assert!(top.linked[0].preview.starts_with("Customers saw"));
+        let no_links = h
+            .recall(RecallRequest {
+                include_links: Some(false),
+                ..text("payment outage DNS")
+            })
+            .await;
+        assert!(no_links.fragments.iter().all(|f| f.linked.is_empty()));
+    }
+
+    #[tokio::test]
+    async fn link_previews_never_show_what_the_caller_cannot_read() {
+        // Regression: the reference filled link previews without scoping
+        // them to the caller's key.
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let mut client = h._db.store().client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
+            .await
+            .unwrap();
+        let (other_key, _) = api_keys::create(
+            &tx,
+            &api_keys::NewKey {
+                name: "colleague".into(),
+                permissions: ALL_PERMISSIONS.to_vec(),
+                default_workspace: None,
+                fragment_limit: None,
+                expires_at: None,
+            },
+        )
+        .await
+        .unwrap();
+        let group = key_groups::create(&tx, "pair", None).await.unwrap();
+        key_groups::add_member(&tx, group.id, h.tenant.key_id)
+            .await
+            .unwrap();
+        key_groups::add_member(&tx, group.id, other_key.id)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        let mine = h
+            .put(fact("Our team's secret launch date is in the roadmap doc."))
+            .await;
+        let mut colleague = h.principal();
+        colleague.key_id = other_key.id;
+        colleague.group_key_ids = vec![h.tenant.key_id];
+        let theirs = h
+            .remember
+            .remember(
+                &colleague,
+                fact("The colleague's private note mentions the launch date."),
+            )
+            .await
+            .unwrap()
+            .id;
+        let mut me = h.principal();
+        me.group_key_ids = vec![other_key.id];
+        h.remember
+            .link(
+                &me,
+                LinkRequest {
+                    from_id: mine.clone(),
+                    to_id: theirs.clone(),
+                    relation_type: "related".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        // Without the group, the colleague's fragment must not leak through the link.
+        let alone = h.recall(text("secret launch date roadmap")).await;
+        let found = alone.fragments.iter().find(|f| f.id == mine).unwrap();
+        assert!(found.linked.is_empty(), "{:?}", found.linked);
+        assert!(alone.fragments.iter().all(|f| f.id != theirs));
+        // Within the group it is visible.
+        let grouped = h
+            .recall
+            .recall(&me, text("secret launch date roadmap"))
+            .await
+            .unwrap();
+        let found = grouped.fragments.iter().find(|f| f.id == mine).unwrap();
+        assert_eq!(found.linked.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn importance_anchor_affect_and_depth_filters() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let anchor = h
+            .put(RememberRequest {
+                is_anchor: true,
+                importance: Some(0.95),
+                ..fact("Production deploys need two approvals from the platform team.")
+            })
+            .await;
+        let doubtful = h
+            .put(RememberRequest {
+                affect: Some("doubt".into()),
+                importance: Some(0.3),
+                ..fact("Production deploys might need a change ticket, unclear so far.")
+            })
+            .await;
+        let decision = h
+            .put(RememberRequest {
+                r#type: "decision".into(),
+                ..fact("We decided production deploys happen only on weekdays.")
+            })
+            .await;
+        let q = || RecallRequest {
+            text: Some("production deploys".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            h.ids_for(RecallRequest {
+                is_anchor: Some(true),
+                ..q()
+            })
+            .await,
+            vec![anchor.clone()]
+        );
+        assert_eq!(
+            h.ids_for(RecallRequest {
+                affect: vec!["doubt".into()],
+                ..q()
+            })
+            .await,
+            vec![doubtful.clone()]
+        );
+        let important = h
+            .ids_for(RecallRequest {
+                min_importance: Some(0.6),
+                ..q()
+            })
+            .await;
+        assert!(important.contains(&anchor) && !important.contains(&doubtful));
+        assert_eq!(
+            h.ids_for(RecallRequest {
+                depth: Some("high-level".into()),
+                ..q()
+            })
+            .await,
+            vec![decision]
+        );
+    }
+
+    #[tokio::test]
+    async fn search_events_hints_and_seen_fragments() {
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let empty = h.recall(text("nothing stored yet")).await;
+        assert_eq!(empty.hints[0].signal, "no_results");
+        assert_eq!(empty.hints[0].tool, "remember");
+        assert!(empty.search_event_id > 0);
+        let seen = h
+            .put(fact("The office wifi password rotates every month."))
+            .await;
+        let unseen = h
+            .put(fact("The office wifi network is called mneme-guest."))
+            .await;
+        // A session that was already shown `seen` (by context).
+        let cache = Cache::connect(&h.redis.url, &h.redis.prefix).await.unwrap();
+        cache
+            .mark_seen(
+                &h.tenant.tenant_id.to_string(),
+                "s-1",
+                std::slice::from_ref(&seen),
+                Duration::from_secs(60),
+            )
+            .await;
+        let mut in_session = h.principal();
+        in_session.session_id = Some("s-1".into());
+        let response = h
+            .recall
+            .recall(&in_session, text("office wifi"))
+            .await
+            .unwrap();
+        let ids: Vec<String> = response.fragments.iter().map(|f| f.id.clone()).collect();
+        assert_eq!(ids, vec![unseen.clone()]);
+        let again = h
+            .recall
+            .recall(
+                &in_session,
+                RecallRequest {
+                    exclude_seen: Some(false),
+                    ..text("office wifi")
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(again.fragments.len(), 2);
+        // Recalling counts as an access, recorded after the answer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h
+            ._db
+            .count_in_tenant(
+                h.tenant.tenant_id,
+                &format!("id = '{unseen}' AND access_count >= 2"),
+            )
+            .await
+            == 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "access was not recorded"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let events = h._db.count_in_tenant(h.tenant.tenant_id, "true").await;
+        assert_eq!(events, 2);
+        let _ = Permission::Read;
+    }
 }

@@ -28,6 +28,8 @@ const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
 const CONFLICT_CANDIDATES: i64 = 5;
 /// Conflicts reported per remember.
 const MAX_CONFLICTS: usize = 3;
+/// Distinctive terms whose pairs select conflict and link candidates.
+const DISTINCTIVE_TERMS: usize = 4;
 
 /// A validated request with everything resolved.
 struct Write {
@@ -163,7 +165,12 @@ impl RememberServer {
         write: &Write,
         exclude: Option<Uuid>,
     ) -> Result<Vec<Conflict>> {
-        let Some(tsquery) = self.tokenizer.tsquery_literal(&write.fragment.content) else {
+        // Candidates share at least two distinctive terms: selective enough
+        // for the index to do the work however many fragments exist.
+        let Some(tsquery) = self
+            .tokenizer
+            .shared_pairs_query(&write.fragment.content, DISTINCTIVE_TERMS)
+        else {
             return Ok(Vec::new());
         };
         let key_ids = principal.readable_key_ids();
@@ -171,8 +178,7 @@ impl RememberServer {
             key_ids: &key_ids,
             agent_id: &write.agent_id,
             workspace: write.fragment.workspace.as_deref(),
-            topic: None,
-            fragment_type: None,
+            ..SearchScope::default()
         };
         let neighbors =
             fragments::lexical_neighbors(tx, &scope, &tsquery, exclude, CONFLICT_CANDIDATES)
@@ -230,7 +236,8 @@ impl RememberServer {
         Ok(())
     }
 
-    /// Links, supersession and the case event of a newly created fragment.
+    /// What a newly created fragment needs inside its own transaction: the
+    /// links the caller asked for, supersession, and its case event.
     /// Returns (links created, superseded ids, warnings).
     async fn after_insert(
         &self,
@@ -241,21 +248,6 @@ impl RememberServer {
     ) -> Result<(u32, Vec<String>, Vec<String>)> {
         let key_ids = principal.readable_key_ids();
         let mut warnings = Vec::new();
-        let mut created = 0u32;
-
-        for target in &write.linked_to {
-            let linked = match target.trim().parse::<Uuid>() {
-                Ok(target) if target != id => {
-                    links::upsert(tx, &key_ids, id, target, "related", 1.0).await?
-                }
-                _ => false,
-            };
-            if linked {
-                created += 1;
-            } else {
-                warnings.push(format!("linkedTo: no fragment `{target}` to link to"));
-            }
-        }
 
         let mut superseded = Vec::new();
         if !write.supersedes.is_empty() {
@@ -275,26 +267,25 @@ impl RememberServer {
             superseded = done.iter().map(Uuid::to_string).collect();
         }
 
-        let hours = self.settings.temporal_link_hours;
-        if hours > 0.0 && self.settings.temporal_link_max > 0 {
-            let neighbors = fragments::temporal_neighbors(
-                tx,
-                principal.key_id,
-                id,
-                hours,
-                self.settings.temporal_link_max as i64,
-            )
-            .await?;
-            for (neighbor, apart) in neighbors {
-                let weight = (1.0 - apart / hours).max(0.3) as f32;
-                if links::upsert(tx, &key_ids, id, neighbor, "temporal", weight).await? {
-                    created += 1;
-                }
+        let requested: Vec<(String, Option<Uuid>)> = write
+            .linked_to
+            .iter()
+            .map(|raw| {
+                (
+                    raw.clone(),
+                    raw.trim().parse::<Uuid>().ok().filter(|t| *t != id),
+                )
+            })
+            .collect();
+        let targets: Vec<(Uuid, &str, f32)> = requested
+            .iter()
+            .filter_map(|(_, t)| t.map(|t| (t, "related", 1.0)))
+            .collect();
+        let created = links::upsert_many(tx, &key_ids, id, &targets).await?;
+        for (raw, target) in &requested {
+            if !target.is_some_and(|t| created.iter().any(|(c, _)| *c == t)) {
+                warnings.push(format!("linkedTo: no fragment `{raw}` to link to"));
             }
-        }
-
-        if self.settings.proactive_links && !write.fragment.keywords.is_empty() {
-            created += self.proactive_links(tx, principal, write, id).await?;
         }
 
         if let (Some(case_id), Some(event_type)) = (
@@ -316,44 +307,92 @@ impl RememberServer {
             )
             .await?;
         }
+        let created = u32::try_from(created.len()).unwrap_or(u32::MAX) + superseded.len() as u32;
         Ok((created, superseded, warnings))
     }
 
-    /// `related` links to fragments of the same key carrying most of the new
-    /// fragment's keywords (ProactiveRecall in the reference).
-    async fn proactive_links(
+    /// Links mneme adds on its own to new fragments: `temporal` to the
+    /// nearest fragments of the same key, agent and topic, and `related` to
+    /// fragments of the key sharing most keywords. Optional enrichment, so it
+    /// runs after the commit, off the request path, in a transaction of its
+    /// own; a failure is logged and loses nothing that was acknowledged.
+    fn spawn_auto_links(&self, principal: &Principal, created: Vec<(Uuid, Write)>) {
+        let hours = self.settings.temporal_link_hours;
+        let temporal = hours > 0.0 && self.settings.temporal_link_max > 0;
+        if created.is_empty() || !(temporal || self.settings.proactive_links) {
+            return;
+        }
+        let server = self.clone();
+        let principal = principal.clone();
+        tokio::spawn(async move {
+            let result: Result<()> = async {
+                let mut client = server.store.client().await?;
+                let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+                let own = [principal.key_id];
+                for (id, write) in &created {
+                    let mut targets: Vec<(Uuid, &str, f32)> = Vec::new();
+                    if temporal {
+                        let max = server.settings.temporal_link_max as i64;
+                        let neighbors =
+                            fragments::temporal_neighbors(&tx, principal.key_id, *id, hours, max)
+                                .await?;
+                        targets.extend(neighbors.into_iter().map(|(neighbor, apart)| {
+                            (neighbor, "temporal", (1.0 - apart / hours).max(0.3) as f32)
+                        }));
+                    }
+                    if server.settings.proactive_links {
+                        let related = server
+                            .proactive_candidates(&tx, &principal, write, *id)
+                            .await?;
+                        targets.extend(related.into_iter().map(|t| (t, "related", 0.5)));
+                    }
+                    links::upsert_many(&tx, &own, *id, &targets).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+            .await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "automatic links were not created");
+            }
+        });
+    }
+
+    /// Fragments of the same key carrying most of the new fragment's
+    /// keywords, to link as `related` (ProactiveRecall in the reference).
+    async fn proactive_candidates(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
         write: &Write,
         id: Uuid,
-    ) -> Result<u32> {
+    ) -> Result<Vec<Uuid>> {
+        let keywords = write.fragment.keywords.join(" ");
+        let Some(tsquery) = self
+            .tokenizer
+            .shared_pairs_query(&keywords, DISTINCTIVE_TERMS)
+        else {
+            return Ok(Vec::new());
+        };
         let own = [principal.key_id];
         let scope = SearchScope {
             key_ids: &own,
             agent_id: &write.agent_id,
             workspace: write.fragment.workspace.as_deref(),
-            topic: None,
-            fragment_type: None,
+            ..SearchScope::default()
         };
-        let hits = fragments::keyword_search(
-            tx,
-            &scope,
-            &write.fragment.keywords,
-            CONFLICT_CANDIDATES + 1,
-        )
-        .await?;
-        let needed = write.fragment.keywords.len() as f64 * self.settings.proactive_link_overlap;
-        let mut created = 0;
-        for hit in hits
+        let mine: HashSet<&str> = write.fragment.keywords.iter().map(String::as_str).collect();
+        let neighbors =
+            fragments::lexical_neighbors(tx, &scope, &tsquery, Some(id), CONFLICT_CANDIDATES)
+                .await?;
+        Ok(neighbors
             .into_iter()
-            .filter(|h| h.id != id && f64::from(h.score) >= needed)
-        {
-            if links::upsert(tx, &own, id, hit.id, "related", 0.5).await? {
-                created += 1;
-            }
-        }
-        Ok(created)
+            .filter(|n| {
+                let theirs: HashSet<&str> = n.keywords.iter().map(String::as_str).collect();
+                overlap(&mine, &theirs) >= self.settings.proactive_link_overlap
+            })
+            .map(|n| n.id)
+            .collect())
     }
 
     /// Stores a session-scoped fragment in the session's working memory.
@@ -479,12 +518,15 @@ impl RememberServer {
             .await?;
         tx.commit().await?;
 
+        let redactions = u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX);
+        let case_id = write.fragment.case.case_id.clone();
         if outcome == WriteOutcome::Created {
             let tenant = principal.tenant_id.to_string();
             self.cache
                 .add_quota_count(&tenant, &principal.key_id.to_string(), 1)
                 .await;
             self.cache.wake_embedding_worker(&tenant).await;
+            self.spawn_auto_links(principal, vec![(written.id, write)]);
         }
         if written.importance < 0.3 {
             warnings.push(format!(
@@ -504,10 +546,10 @@ impl RememberServer {
             keywords: written.keywords,
             importance: written.importance,
             ttl_tier: written.ttl_tier,
-            redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
+            redactions,
             conflicts,
             warnings,
-            case_id: write.fragment.case.case_id,
+            case_id,
             scope: "permanent".into(),
             dry_run: false,
             superseded,
@@ -584,8 +626,9 @@ impl RememberServer {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
             self.check_quota(&tx, principal, valid.len() as u64).await?;
-            for (done, (index, write)) in valid.iter_mut().enumerate() {
-                self.resolve_case(&tx, principal, write).await?;
+            let mut new_fragments: Vec<(Uuid, Write)> = Vec::new();
+            for (done, (index, mut write)) in valid.into_iter().enumerate() {
+                self.resolve_case(&tx, principal, &mut write).await?;
                 let author = Author {
                     key_id: principal.key_id,
                     agent_id: &write.agent_id,
@@ -595,12 +638,14 @@ impl RememberServer {
                 let outcome = outcome_of(written.outcome);
                 if outcome == WriteOutcome::Created {
                     created += 1;
-                    self.after_insert(&tx, principal, write, written.id).await?;
+                    self.after_insert(&tx, principal, &write, written.id)
+                        .await?;
+                    new_fragments.push((written.id, write));
                 } else {
                     existing += 1;
                 }
                 results.push(BatchItemResult {
-                    index: *index as u32,
+                    index: index as u32,
                     id: Some(written.id.to_string()),
                     outcome: outcome as i32,
                     error: None,
@@ -626,6 +671,7 @@ impl RememberServer {
                     .await;
                 self.cache.wake_embedding_worker(&tenant).await;
             }
+            self.spawn_auto_links(principal, new_fragments);
         }
         results.sort_by_key(|r| r.index);
         let rejected = total_u32 - created - existing;

@@ -356,17 +356,7 @@ mod write_path {
             ))
             .await;
         assert_eq!(links, 2);
-        // Same topic within a day: a temporal link, weighted by closeness.
-        let temporal = h
-            .scalar(&format!(
-                "SELECT count(*) FROM mneme.fragment_links WHERE from_id = '{}' AND relation_type = 'temporal'",
-                new.id
-            ))
-            .await;
-        assert_eq!(
-            temporal, 0,
-            "the superseded fragment is no longer valid, so it is not a neighbour"
-        );
+        // Same topic within a day: a temporal link, added after the commit.
         let sibling = h
             .remember(
                 None,
@@ -377,13 +367,23 @@ mod write_path {
                 ),
             )
             .await;
-        let temporal = h
-            .scalar(&format!(
-                "SELECT count(*) FROM mneme.fragment_links WHERE from_id = '{}' AND to_id = '{}' AND relation_type = 'temporal'",
-                sibling.id, new.id
-            ))
-            .await;
-        assert_eq!(temporal, 1);
+        let temporal = |from: &str, to: &str| {
+            format!(
+                "SELECT count(*) FROM mneme.fragment_links
+                  WHERE from_id = '{from}' AND to_id = '{to}' AND relation_type = 'temporal'"
+            )
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.scalar(&temporal(&sibling.id, &new.id)).await == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no temporal link appeared"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        // The superseded fragment is no longer valid, so it is nobody's neighbour.
+        assert_eq!(h.scalar(&temporal(&sibling.id, &old.id)).await, 0);
+        assert_eq!(h.scalar(&temporal(&new.id, &old.id)).await, 0);
     }
 
     async fn set_limit(h: &Harness, limit: Option<i32>) {

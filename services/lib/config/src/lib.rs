@@ -229,6 +229,10 @@ pub struct RecallConfig {
     pub default_token_budget: usize,
     pub hnsw_ef_search: usize,
     pub query_embedding_cache: Duration,
+    pub graph_weight: f64,
+    pub graph_seeds: usize,
+    pub track_access: bool,
+    pub co_retrieval_links: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -450,6 +454,10 @@ impl Config {
             query_embedding_cache: Duration::from_secs(
                 r.value(settings::QUERY_EMBEDDING_CACHE_SECS),
             ),
+            graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
+            graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
+            track_access: r.flag(settings::RECALL_TRACK_ACCESS),
+            co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
         };
         if recall.default_limit > recall.max_limit {
             r.problem(format!(

@@ -94,6 +94,14 @@ settings! {
             "Largest `limit` a `recall` request may ask for.";
         RECALL_DEFAULT_TOKEN_BUDGET = "MNEME_RECALL_DEFAULT_TOKEN_BUDGET", Some("2000"),
             "Estimated tokens of content `recall` returns at most when the request gives no budget.";
+        RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0.5"),
+            "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off. Lower than the direct layers: a neighbour of a match is supporting evidence, not a match.";
+        RECALL_GRAPH_SEEDS = "MNEME_RECALL_GRAPH_SEEDS", Some("10"),
+            "How many top hits of the direct layers seed the graph layer.";
+        RECALL_TRACK_ACCESS = "MNEME_RECALL_TRACK_ACCESS", Some("true"),
+            "Count accesses of recalled fragments (access count, last access, activation) after answering; consolidation uses these for utility and decay.";
+        RECALL_CO_RETRIEVAL_LINKS = "MNEME_RECALL_CO_RETRIEVAL_LINKS", Some("true"),
+            "Strengthen `co_retrieved` links among the top results recalled together in a session (Hebbian learning).";
         HNSW_EF_SEARCH = "MNEME_HNSW_EF_SEARCH", Some("100"),
             "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
         QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),

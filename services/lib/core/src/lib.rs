@@ -10,6 +10,7 @@
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
 //! - [`redact`]: secret and PII redaction.
 //! - [`scoring`]: Reciprocal Rank Fusion and the final score.
+//! - [`timerange`]: time expressions (ISO, English, Korean) for recall filters.
 #![forbid(unsafe_code)]
 
 pub mod api_key;
@@ -19,6 +20,7 @@ pub mod principal;
 pub mod redact;
 pub mod scoring;
 pub mod text;
+pub mod timerange;
 
 pub use error::{Error, ErrorCode, Result};
 pub use fragment::{FragmentType, TtlTier};

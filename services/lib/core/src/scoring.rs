@@ -13,6 +13,8 @@ pub enum Layer {
     FullText,
     /// Overlap with the fragment's keywords.
     Keyword,
+    /// One link away from a fragment another layer found.
+    Graph,
 }
 
 impl Layer {
@@ -21,6 +23,7 @@ impl Layer {
             Layer::Vector => "vector",
             Layer::FullText => "fulltext",
             Layer::Keyword => "keyword",
+            Layer::Graph => "graph",
         }
     }
 }

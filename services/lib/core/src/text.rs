@@ -451,6 +451,54 @@ impl Tokenizer {
     }
 }
 
+impl Tokenizer {
+    /// The `n` most distinctive lexemes of `text` (longest first; digits
+    /// last), a cheap stand-in for rarity that needs no corpus statistics.
+    pub fn distinctive_lexemes(&self, text: &str, n: usize) -> Vec<String> {
+        let mut lexemes = self.lexemes(text);
+        lexemes.sort();
+        lexemes.dedup();
+        lexemes.sort_by(|a, b| {
+            let digits = |l: &String| l.chars().all(|c| c.is_ascii_digit());
+            digits(a)
+                .cmp(&digits(b))
+                .then(b.chars().count().cmp(&a.chars().count()))
+                .then(a.cmp(b))
+        });
+        lexemes.truncate(n);
+        lexemes
+    }
+
+    /// A `tsquery` literal matching texts that share at least two of the
+    /// `n` most distinctive lexemes of `text` (`(a & b) | (a & c) | …`), or
+    /// the one lexeme when there is only one. Unlike an OR of all lexemes it
+    /// stays selective, so the index does the filtering.
+    pub fn shared_pairs_query(&self, text: &str, n: usize) -> Option<String> {
+        let lexemes = self.distinctive_lexemes(text, n);
+        let quoted: Vec<String> = lexemes
+            .iter()
+            .map(|l| {
+                let mut q = String::new();
+                push_quoted(&mut q, l);
+                q
+            })
+            .collect();
+        match quoted.len() {
+            0 => None,
+            1 => Some(quoted[0].clone()),
+            _ => {
+                let mut pairs = Vec::new();
+                for (i, a) in quoted.iter().enumerate() {
+                    for b in &quoted[i + 1..] {
+                        pairs.push(format!("({a} & {b})"));
+                    }
+                }
+                Some(pairs.join(" | "))
+            }
+        }
+    }
+}
+
 fn push_quoted(out: &mut String, lexeme: &str) {
     out.push('\'');
     for c in lexeme.chars() {
@@ -559,6 +607,25 @@ mod tests {
             3,
         );
         assert_eq!(keywords, vec!["redis", "outage", "cluster"]);
+    }
+
+    #[test]
+    fn shared_pairs_queries_use_the_most_distinctive_terms() {
+        let t = tokenizer();
+        assert_eq!(
+            t.distinctive_lexemes("the 2024 deploy pipeline of staging", 3),
+            vec!["pipelin", "deploy", "stage"]
+        );
+        assert_eq!(
+            t.shared_pairs_query("deploy pipeline staging", 3)
+                .as_deref(),
+            Some("('pipelin' & 'deploy') | ('pipelin' & 'stage') | ('deploy' & 'stage')")
+        );
+        assert_eq!(
+            t.shared_pairs_query("coffee", 3).as_deref(),
+            Some("'coffe'")
+        );
+        assert_eq!(t.shared_pairs_query("the of", 3), None);
     }
 
     #[test]

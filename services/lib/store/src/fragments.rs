@@ -218,8 +218,9 @@ pub async fn forget(
     Ok(forgotten)
 }
 
-/// Which fragments a search may return.
-#[derive(Debug, Clone)]
+/// Which fragments a search may return. Every layer of recall applies the
+/// same scope, so no layer can surface a fragment another would filter out.
+#[derive(Debug, Clone, Default)]
 pub struct SearchScope<'a> {
     /// Keys whose fragments are readable (own key and key groups).
     pub key_ids: &'a [Uuid],
@@ -228,28 +229,77 @@ pub struct SearchScope<'a> {
     /// When set: fragments of this workspace and global ones (NULL).
     pub workspace: Option<&'a str>,
     pub topic: Option<&'a str>,
-    pub fragment_type: Option<&'a str>,
+    /// Any of these types.
+    pub types: Option<&'a [String]>,
+    /// Validity: only fragments valid at this instant (and created by then).
+    pub as_of: Option<DateTime<Utc>>,
+    /// Also fragments no longer valid (superseded), when `as_of` is unset.
+    pub include_superseded: bool,
+    /// Event time (`occurred_at`, else `created_at`) window.
+    pub time_from: Option<DateTime<Utc>>,
+    pub time_to: Option<DateTime<Utc>>,
+    pub case_id: Option<&'a str>,
+    pub phase: Option<&'a str>,
+    pub resolution_status: Option<&'a str>,
+    pub min_importance: Option<f32>,
+    pub is_anchor: Option<bool>,
+    /// Any of these affects.
+    pub affects: Option<&'a [String]>,
+    /// Ignore fragments created after this instant (stable pagination).
+    pub created_before: Option<DateTime<Utc>>,
+    /// Never return these (already shown to the session).
+    pub exclude: &'a [Uuid],
 }
 
-/// The predicate shared by all search layers; parameters $1–$6.
-const SCOPE: &str = "tenant_id = $1 AND key_id = ANY($2) AND valid_to IS NULL
-    AND agent_id IN ($3, 'default')
-    AND ($4::text IS NULL OR workspace = $4 OR workspace IS NULL)
-    AND ($5::text IS NULL OR topic = $5)
-    AND ($6::text IS NULL OR type = $6)";
+/// The predicate shared by all search layers, on `mneme.fragments f`;
+/// parameters $1–$18.
+const SCOPE: &str = "f.tenant_id = $1 AND f.key_id = ANY($2) AND f.agent_id IN ($3, 'default')
+    AND ($4::text IS NULL OR f.workspace = $4 OR f.workspace IS NULL)
+    AND ($5::text IS NULL OR f.topic = $5)
+    AND ($6::text[] IS NULL OR f.type = ANY($6))
+    AND (CASE WHEN $7::timestamptz IS NOT NULL
+              THEN f.valid_from <= $7 AND (f.valid_to IS NULL OR f.valid_to > $7) AND f.created_at <= $7
+              WHEN $8::bool THEN true
+              ELSE f.valid_to IS NULL END)
+    AND ($9::timestamptz IS NULL OR COALESCE(f.occurred_at, f.created_at) >= $9)
+    AND ($10::timestamptz IS NULL OR COALESCE(f.occurred_at, f.created_at) < $10)
+    AND ($11::text IS NULL OR f.case_id = $11)
+    AND ($12::text IS NULL OR f.phase = $12)
+    AND ($13::text IS NULL OR f.resolution_status = $13)
+    AND ($14::real IS NULL OR f.importance >= $14)
+    AND ($15::bool IS NULL OR f.is_anchor = $15)
+    AND ($16::text[] IS NULL OR f.affect = ANY($16))
+    AND ($17::timestamptz IS NULL OR f.created_at <= $17)
+    AND NOT (f.id = ANY($18))";
 
-macro_rules! scope_params {
-    ($tx:expr, $scope:expr $(, $extra:expr)*) => {
-        &[
-            &$tx.tenant_id(),
-            &$scope.key_ids,
-            &$scope.agent_id,
-            &$scope.workspace,
-            &$scope.topic,
-            &$scope.fragment_type,
-            $($extra),*
-        ]
-    };
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
+impl SearchScope<'_> {
+    /// The parameters of [`SCOPE`], followed by `extra` ($19 onwards).
+    fn params<'a>(&'a self, tenant_id: &'a Uuid, extra: &[Param<'a>]) -> Vec<Param<'a>> {
+        let mut params: Vec<Param<'a>> = vec![
+            tenant_id,
+            &self.key_ids,
+            &self.agent_id,
+            &self.workspace,
+            &self.topic,
+            &self.types,
+            &self.as_of,
+            &self.include_superseded,
+            &self.time_from,
+            &self.time_to,
+            &self.case_id,
+            &self.phase,
+            &self.resolution_status,
+            &self.min_importance,
+            &self.is_anchor,
+            &self.affects,
+            &self.created_before,
+            &self.exclude,
+        ];
+        params.extend_from_slice(extra);
+        params
+    }
 }
 
 /// A search hit: id and the layer's own score (higher is better).
@@ -292,18 +342,54 @@ pub async fn vector_search(
     let rows = tx
         .query(
             &format!(
-                "SELECT id, (1 - (embedding <=> $7))::real AS similarity
-                   FROM mneme.fragments
-                  WHERE {SCOPE} AND embedding IS NOT NULL AND embedding_model = $8
-                  ORDER BY embedding <=> $7
-                  LIMIT $9"
+                "SELECT id, (1 - (embedding <=> $19))::real AS similarity
+                   FROM mneme.fragments f
+                  WHERE {SCOPE} AND embedding IS NOT NULL AND embedding_model = $20
+                  ORDER BY embedding <=> $19
+                  LIMIT $21"
             ),
-            scope_params!(tx, scope, embedding, &model, &limit),
+            &scope.params(&tx.tenant_id(), &[embedding, &model, &limit]),
         )
         .await?;
     let mut hits = hits(rows);
     hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     Ok(hits)
+}
+
+/// Fragments one link away from `seeds` that are themselves in scope,
+/// scored by link weight times how telling the relation is. Quarantined and
+/// deleted links do not count.
+pub async fn graph_neighbors(
+    tx: &TenantTx<'_>,
+    scope: &SearchScope<'_>,
+    seeds: &[Uuid],
+    limit: i64,
+) -> Result<Vec<Hit>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT f.id, max(l.weight * CASE l.relation_type
+                            WHEN 'caused_by' THEN 1.5 WHEN 'resolved_by' THEN 1.5
+                            WHEN 'related' THEN 1.0 WHEN 'part_of' THEN 1.0
+                            WHEN 'temporal' THEN 0.7 WHEN 'co_retrieved' THEN 0.5
+                            ELSE 0.3 END)::real AS score
+                   FROM mneme.fragment_links l
+                   JOIN mneme.fragments f
+                     ON f.tenant_id = l.tenant_id
+                    AND f.id = CASE WHEN l.from_id = ANY($19) THEN l.to_id ELSE l.from_id END
+                  WHERE l.tenant_id = $1 AND l.deleted_at IS NULL
+                    AND l.quarantine_state IS DISTINCT FROM 'soft'
+                    AND (l.from_id = ANY($19) OR l.to_id = ANY($19))
+                    AND NOT (f.id = ANY($19))
+                    AND {SCOPE}
+                  GROUP BY f.id
+                  ORDER BY score DESC
+                  LIMIT $20"
+            ),
+            &scope.params(&tx.tenant_id(), &[&seeds, &limit]),
+        )
+        .await?;
+    Ok(hits(rows))
 }
 
 /// Full-text matches for a `tsquery` literal, ranked by `ts_rank` normalised
@@ -318,12 +404,12 @@ pub async fn fulltext_search(
         .query(
             &format!(
                 "SELECT id, ts_rank(search_tsv, q, 1) AS rank
-                   FROM mneme.fragments, CAST($7::text AS tsquery) AS q
+                   FROM mneme.fragments f, CAST($19::text AS tsquery) AS q
                   WHERE {SCOPE} AND search_tsv @@ q
                   ORDER BY rank DESC, importance DESC, created_at DESC
-                  LIMIT $8"
+                  LIMIT $20"
             ),
-            scope_params!(tx, scope, &tsquery, &limit),
+            &scope.params(&tx.tenant_id(), &[&tsquery, &limit]),
         )
         .await?;
     Ok(hits(rows))
@@ -341,13 +427,13 @@ pub async fn keyword_search(
             &format!(
                 "SELECT id,
                         cardinality(ARRAY(SELECT unnest(keywords) INTERSECT
-                                          SELECT unnest($7::text[])))::real AS overlap
-                   FROM mneme.fragments
-                  WHERE {SCOPE} AND keywords && $7
+                                          SELECT unnest($19::text[])))::real AS overlap
+                   FROM mneme.fragments f
+                  WHERE {SCOPE} AND keywords && $19
                   ORDER BY overlap DESC, importance DESC, created_at DESC
-                  LIMIT $8"
+                  LIMIT $20"
             ),
-            scope_params!(tx, scope, &keywords, &limit),
+            &scope.params(&tx.tenant_id(), &[&keywords, &limit]),
         )
         .await?;
     Ok(hits(rows))
@@ -358,12 +444,12 @@ pub async fn recent(tx: &TenantTx<'_>, scope: &SearchScope<'_>, limit: i64) -> R
     let rows = tx
         .query(
             &format!(
-                "SELECT id, importance FROM mneme.fragments
+                "SELECT id, importance FROM mneme.fragments f
                   WHERE {SCOPE}
                   ORDER BY importance DESC, created_at DESC
-                  LIMIT $7"
+                  LIMIT $19"
             ),
-            scope_params!(tx, scope, &limit),
+            &scope.params(&tx.tenant_id(), &[&limit]),
         )
         .await?;
     Ok(hits(rows))
@@ -375,6 +461,7 @@ pub struct Fragment {
     pub id: Uuid,
     pub key_id: Uuid,
     pub agent_id: String,
+    pub session_id: Option<String>,
     pub workspace: Option<String>,
     pub content: String,
     pub topic: String,
@@ -384,7 +471,19 @@ pub struct Fragment {
     pub ttl_tier: String,
     pub is_anchor: bool,
     pub source: Option<String>,
+    pub context_summary: Option<String>,
+    pub case_id: Option<String>,
+    pub goal: Option<String>,
+    pub outcome: Option<String>,
+    pub phase: Option<String>,
+    pub resolution_status: Option<String>,
+    pub assertion_status: String,
+    pub affect: String,
+    pub access_count: i32,
+    pub ema_activation: f32,
     pub estimated_tokens: i32,
+    pub occurred_at: Option<DateTime<Utc>>,
+    pub valid_to: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub embedded: bool,
 }
@@ -395,6 +494,7 @@ impl From<Row> for Fragment {
             id: row.get("id"),
             key_id: row.get("key_id"),
             agent_id: row.get("agent_id"),
+            session_id: row.get("session_id"),
             workspace: row.get("workspace"),
             content: row.get("content"),
             topic: row.get("topic"),
@@ -404,7 +504,19 @@ impl From<Row> for Fragment {
             ttl_tier: row.get("ttl_tier"),
             is_anchor: row.get("is_anchor"),
             source: row.get("source"),
+            context_summary: row.get("context_summary"),
+            case_id: row.get("case_id"),
+            goal: row.get("goal"),
+            outcome: row.get("outcome"),
+            phase: row.get("phase"),
+            resolution_status: row.get("resolution_status"),
+            assertion_status: row.get("assertion_status"),
+            affect: row.get("affect"),
+            access_count: row.get("access_count"),
+            ema_activation: row.get("ema_activation"),
             estimated_tokens: row.get("estimated_tokens"),
+            occurred_at: row.get("occurred_at"),
+            valid_to: row.get("valid_to"),
             created_at: row.get("created_at"),
             embedded: row.get("embedded"),
         }
@@ -415,8 +527,10 @@ impl From<Row> for Fragment {
 pub async fn fetch(tx: &TenantTx<'_>, key_ids: &[Uuid], ids: &[Uuid]) -> Result<Vec<Fragment>> {
     let rows = tx
         .query(
-            "SELECT id, key_id, agent_id, workspace, content, topic, keywords, type, importance,
-                    ttl_tier, is_anchor, source, estimated_tokens, created_at,
+            "SELECT id, key_id, agent_id, session_id, workspace, content, topic, keywords, type,
+                    importance, ttl_tier, is_anchor, source, context_summary, case_id, goal, outcome,
+                    phase, resolution_status, assertion_status, affect, access_count, ema_activation,
+                    estimated_tokens, occurred_at, valid_to, created_at,
                     embedding IS NOT NULL AS embedded
                FROM mneme.fragments
               WHERE tenant_id = $1 AND key_id = ANY($2) AND id = ANY($3)",
@@ -424,6 +538,53 @@ pub async fn fetch(tx: &TenantTx<'_>, key_ids: &[Uuid], ids: &[Uuid]) -> Result<
         )
         .await?;
     Ok(rows.into_iter().map(Fragment::from).collect())
+}
+
+/// Up to `per_fragment` readable fragments of the same session written
+/// within `minutes` of each of `ids`: (fragment id, neighbour id, content).
+pub async fn nearby(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    ids: &[Uuid],
+    minutes: f64,
+    per_fragment: i64,
+) -> Result<Vec<(Uuid, Uuid, String)>> {
+    let rows = tx
+        .query(
+            "SELECT f.id, n.id, n.content
+               FROM mneme.fragments f
+               CROSS JOIN LATERAL (
+                   SELECT n.id, n.content FROM mneme.fragments n
+                    WHERE n.tenant_id = f.tenant_id AND n.session_id = f.session_id
+                      AND n.id <> f.id AND n.key_id = ANY($2) AND n.valid_to IS NULL
+                      AND n.created_at BETWEEN f.created_at - make_interval(mins => $4::float8::int)
+                                           AND f.created_at + make_interval(mins => $4::float8::int)
+                    ORDER BY abs(extract(epoch FROM n.created_at - f.created_at))
+                    LIMIT $5) n
+              WHERE f.tenant_id = $1 AND f.id = ANY($3) AND f.session_id IS NOT NULL",
+            &[&tx.tenant_id(), &key_ids, &ids, &minutes, &per_fragment],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// Records that fragments were recalled: access count, last access, and
+/// the activation estimate (recent, repeated use raises it towards 1).
+pub async fn record_access(tx: &TenantTx<'_>, ids: &[Uuid]) -> Result<()> {
+    tx.execute(
+        "UPDATE mneme.fragments
+            SET access_count = access_count + 1,
+                accessed_at = now(),
+                ema_activation = 0.7 * ema_activation + 0.3 * LEAST(1.0, 1.0 / sqrt(GREATEST(1.0,
+                    extract(epoch FROM now() - COALESCE(accessed_at, created_at))::float8 / 60.0)))
+          WHERE tenant_id = $1 AND id = ANY($2)",
+        &[&tx.tenant_id(), &ids],
+    )
+    .await?;
+    Ok(())
 }
 
 /// A fragment waiting for its embedding.
@@ -446,7 +607,7 @@ pub async fn lock_pending_embeddings(
               WHERE tenant_id = $1 AND embedding IS NULL
               ORDER BY created_at
               LIMIT $2
-              FOR UPDATE SKIP LOCKED",
+              FOR NO KEY UPDATE SKIP LOCKED",
             &[&tx.tenant_id(), &limit],
         )
         .await?;
@@ -520,7 +681,8 @@ pub async fn supersede(
 }
 
 /// Fragments of the same key, agent and topic created within `hours` of
-/// `id`'s creation (excluding `id`), closest first: (id, hours apart).
+/// `id`'s creation (excluding `id`), closest first: (id, hours apart). The
+/// nearest ones on each side come straight from an index range.
 pub async fn temporal_neighbors(
     tx: &TenantTx<'_>,
     key_id: Uuid,
@@ -530,15 +692,25 @@ pub async fn temporal_neighbors(
 ) -> Result<Vec<(Uuid, f64)>> {
     let rows = tx
         .query(
-            "SELECT n.id, (abs(extract(epoch FROM n.created_at - f.created_at)) / 3600.0)::float8
-               FROM mneme.fragments f
-               JOIN mneme.fragments n
-                 ON n.tenant_id = f.tenant_id AND n.key_id = f.key_id AND n.agent_id = f.agent_id
-                AND n.topic = f.topic AND n.id <> f.id AND n.valid_to IS NULL
-                AND n.created_at BETWEEN f.created_at - make_interval(secs => $4::float8 * 3600)
-                                     AND f.created_at + make_interval(secs => $4::float8 * 3600)
-              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.id = $3
-              ORDER BY 2 LIMIT $5",
+            "WITH f AS (SELECT topic, agent_id, created_at FROM mneme.fragments
+                         WHERE tenant_id = $1 AND key_id = $2 AND id = $3),
+                  near AS (
+                      (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n, f
+                        WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
+                          AND n.created_at <= f.created_at AND n.id <> $3
+                          AND n.created_at >= f.created_at - make_interval(secs => $4::float8 * 3600)
+                        ORDER BY n.created_at DESC LIMIT $5::int8 * 2)
+                      UNION ALL
+                      (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n, f
+                        WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
+                          AND n.created_at > f.created_at
+                          AND n.created_at <= f.created_at + make_interval(secs => $4::float8 * 3600)
+                        ORDER BY n.created_at LIMIT $5::int8 * 2))
+             SELECT near.id,
+                    (abs(extract(epoch FROM near.created_at - f.created_at)) / 3600.0)::float8 AS apart
+               FROM near, f
+              WHERE near.agent_id = f.agent_id AND near.valid_to IS NULL
+              ORDER BY apart LIMIT $5::int8",
             &[&tx.tenant_id(), &key_id, &id, &hours, &limit],
         )
         .await?;
@@ -559,7 +731,9 @@ pub struct Neighbor {
 }
 
 /// Valid fragments in `scope` matching `tsquery`, other than `exclude`,
-/// best first. Read-only: no access statistics are touched.
+/// best first. At most [`NEIGHBOR_CANDIDATES`] matches are ranked, so the
+/// cost stays bounded however many fragments share the terms. Read-only: no
+/// access statistics are touched.
 pub async fn lexical_neighbors(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
@@ -571,11 +745,18 @@ pub async fn lexical_neighbors(
         .query(
             &format!(
                 "SELECT id, content, keywords, ts_rank(search_tsv, q, 1) AS rank
-                   FROM mneme.fragments, CAST($7::text AS tsquery) AS q
-                  WHERE {SCOPE} AND search_tsv @@ q AND ($8::uuid IS NULL OR id <> $8)
-                  ORDER BY rank DESC LIMIT $9"
+                   FROM (SELECT f.id, f.content, f.keywords, f.search_tsv
+                           FROM mneme.fragments f
+                          WHERE {SCOPE} AND f.search_tsv @@ CAST($19::text AS tsquery)
+                            AND ($20::uuid IS NULL OR f.id <> $20)
+                          LIMIT $22) candidates,
+                        CAST($19::text AS tsquery) AS q
+                  ORDER BY rank DESC LIMIT $21"
             ),
-            scope_params!(tx, scope, &tsquery, &exclude, &limit),
+            &scope.params(
+                &tx.tenant_id(),
+                &[&tsquery, &exclude, &limit, &NEIGHBOR_CANDIDATES],
+            ),
         )
         .await?;
     Ok(rows
@@ -588,6 +769,9 @@ pub async fn lexical_neighbors(
         })
         .collect())
 }
+
+/// Matches [`lexical_neighbors`] ranks at most.
+pub const NEIGHBOR_CANDIDATES: i64 = 200;
 
 /// Valid fragments the key wrote (what its quota counts).
 pub async fn count_active(tx: &TenantTx<'_>, key_id: Uuid) -> Result<i64> {

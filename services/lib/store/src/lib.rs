@@ -19,6 +19,7 @@ pub mod fragments;
 pub mod key_groups;
 pub mod links;
 pub mod migrate;
+pub mod search_events;
 pub mod tenants;
 pub mod versions;
 

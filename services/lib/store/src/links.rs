@@ -3,35 +3,9 @@
 //! read, so they never cross a key or tenant boundary the caller could not
 //! cross itself.
 
-use chrono::{DateTime, Utc};
-use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::{Result, TenantTx};
-
-/// One link, seen from one of its ends.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Link {
-    pub from_id: Uuid,
-    pub to_id: Uuid,
-    pub relation_type: String,
-    pub weight: f32,
-    pub confidence: f32,
-    pub created_at: DateTime<Utc>,
-}
-
-impl From<&Row> for Link {
-    fn from(row: &Row) -> Self {
-        Self {
-            from_id: row.get("from_id"),
-            to_id: row.get("to_id"),
-            relation_type: row.get("relation_type"),
-            weight: row.get("weight"),
-            confidence: row.get("confidence"),
-            created_at: row.get("created_at"),
-        }
-    }
-}
 
 /// Creates `from → to` if both fragments are readable with `key_ids`;
 /// returns whether the link exists afterwards. An existing link keeps the
@@ -65,6 +39,47 @@ pub async fn upsert(
         )
         .await?;
     Ok(rows == 1)
+}
+
+/// Creates `from → target` for every (target, relation, weight) whose
+/// target is readable with `key_ids`, in one statement; existing links keep
+/// the larger weight. Returns the (target, relation) pairs that exist
+/// afterwards.
+pub async fn upsert_many(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    from_id: Uuid,
+    targets: &[(Uuid, &str, f32)],
+) -> Result<Vec<(Uuid, String)>> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = targets.iter().map(|t| t.0).collect();
+    let relations: Vec<&str> = targets.iter().map(|t| t.1).collect();
+    let weights: Vec<f32> = targets.iter().map(|t| t.2).collect();
+    let rows = tx
+        .query(
+            "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
+             SELECT $1, $2, t.id, t.relation, max(t.weight)
+               FROM unnest($4::uuid[], $5::text[], $6::real[]) AS t(id, relation, weight)
+               JOIN mneme.fragments b ON b.tenant_id = $1 AND b.id = t.id AND b.key_id = ANY($3)
+              WHERE t.id <> $2
+              GROUP BY t.id, t.relation
+             ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
+                SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
+                    deleted_at = NULL
+             RETURNING to_id, relation_type",
+            &[
+                &tx.tenant_id(),
+                &from_id,
+                &key_ids,
+                &ids,
+                &relations,
+                &weights,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Whether `to` can already reach `from` through active links of
@@ -101,34 +116,59 @@ pub async fn would_cycle(
     Ok(row.get(0))
 }
 
-/// Active links touching any of `ids`, strongest first, at most `per_id`
-/// per fragment, whose other end is readable with `key_ids`.
+/// A link seen from one of the fragments it touches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkEnd {
+    /// The fragment asked about.
+    pub anchor: Uuid,
+    /// The fragment at the other end.
+    pub other: Uuid,
+    pub relation_type: String,
+    pub weight: f32,
+    /// Whether the link points from `anchor` to `other`.
+    pub outgoing: bool,
+}
+
+/// The strongest active links of each of `ids` (at most `per_id` each),
+/// seen from that fragment, whose other end is readable with `key_ids`. A
+/// link between two of `ids` appears once for each end.
 pub async fn around(
     tx: &TenantTx<'_>,
     key_ids: &[Uuid],
     ids: &[Uuid],
     relation_types: Option<&[String]>,
     per_id: i64,
-) -> Result<Vec<Link>> {
+) -> Result<Vec<LinkEnd>> {
     let rows = tx
         .query(
-            "SELECT from_id, to_id, relation_type, weight, confidence, created_at FROM (
-                 SELECT l.*, row_number() OVER (
-                            PARTITION BY CASE WHEN l.from_id = ANY($3) THEN l.from_id ELSE l.to_id END
-                            ORDER BY l.weight DESC, l.created_at DESC) AS rank
-                   FROM mneme.fragment_links l
-                   JOIN mneme.fragments other
-                     ON other.tenant_id = l.tenant_id
-                    AND other.id = CASE WHEN l.from_id = ANY($3) THEN l.to_id ELSE l.from_id END
-                  WHERE l.tenant_id = $1 AND l.deleted_at IS NULL
-                    AND (l.from_id = ANY($3) OR l.to_id = ANY($3))
-                    AND other.key_id = ANY($2)
-                    AND ($4::text[] IS NULL OR l.relation_type = ANY($4))) ranked
+            "SELECT anchor, other, relation_type, weight, outgoing FROM (
+                 SELECT e.*, row_number() OVER (PARTITION BY e.anchor
+                                                ORDER BY e.weight DESC, e.created_at DESC) AS rank
+                   FROM (SELECT l.from_id AS anchor, l.to_id AS other, l.relation_type, l.weight,
+                                l.created_at, true AS outgoing
+                           FROM mneme.fragment_links l
+                          WHERE l.tenant_id = $1 AND l.from_id = ANY($3) AND l.deleted_at IS NULL
+                         UNION ALL
+                         SELECT l.to_id, l.from_id, l.relation_type, l.weight, l.created_at, false
+                           FROM mneme.fragment_links l
+                          WHERE l.tenant_id = $1 AND l.to_id = ANY($3) AND l.deleted_at IS NULL) e
+                   JOIN mneme.fragments other ON other.tenant_id = $1 AND other.id = e.other
+                  WHERE other.key_id = ANY($2)
+                    AND ($4::text[] IS NULL OR e.relation_type = ANY($4))) ranked
              WHERE rank <= $5",
             &[&tx.tenant_id(), &key_ids, &ids, &relation_types, &per_id],
         )
         .await?;
-    Ok(rows.iter().map(Link::from).collect())
+    Ok(rows
+        .iter()
+        .map(|row| LinkEnd {
+            anchor: row.get(0),
+            other: row.get(1),
+            relation_type: row.get(2),
+            weight: row.get(3),
+            outgoing: row.get(4),
+        })
+        .collect())
 }
 
 /// Soft-deletes a link (kept for audit and restore).
@@ -147,4 +187,22 @@ pub async fn soft_delete(
         )
         .await?;
     Ok(updated == 1)
+}
+
+/// Strengthens `co_retrieved` links among fragments recalled together
+/// (each pair once, from the smaller id to the larger), capped at 2.
+pub async fn strengthen_co_retrieval(tx: &TenantTx<'_>, ids: &[Uuid], step: f32) -> Result<()> {
+    tx.execute(
+        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
+         SELECT $1, a, b, 'co_retrieved', $3
+           FROM unnest($2::uuid[]) a, unnest($2::uuid[]) b
+          WHERE a < b
+            AND EXISTS (SELECT FROM mneme.fragments f WHERE f.tenant_id = $1 AND f.id = a)
+            AND EXISTS (SELECT FROM mneme.fragments f WHERE f.tenant_id = $1 AND f.id = b)
+         ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
+            SET weight = LEAST(2.0, mneme.fragment_links.weight + EXCLUDED.weight)",
+        &[&tx.tenant_id(), &ids, &step],
+    )
+    .await?;
+    Ok(())
 }

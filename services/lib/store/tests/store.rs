@@ -49,9 +49,7 @@ fn scope(keys: &[Uuid]) -> SearchScope<'_> {
     SearchScope {
         key_ids: keys,
         agent_id: "default",
-        workspace: None,
-        topic: None,
-        fragment_type: None,
+        ..SearchScope::default()
     }
 }
 
