@@ -1,7 +1,7 @@
 //! The `mneme` command line.
 //!
 //! Layout:
-//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `config`).
+//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `config`, `tools`).
 //! - [`up`]: every service in one process, for a single machine.
 //! - [`admin`]: tenant and key management against the database.
 //!
@@ -38,6 +38,15 @@ pub enum Command {
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Describe the MCP tools.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Print the tool reference of docs/TOOLS.md.
+    Docs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +124,10 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Config(ConfigCommand::Docs) => {
             print!("{}", mneme_config::settings_markdown());
+            Ok(())
+        }
+        Command::Tools(ToolsCommand::Docs) => {
+            print!("{}", mneme_gateway::tools_markdown());
             Ok(())
         }
     }

@@ -10,8 +10,12 @@ use mneme_proto::v1::recall_service_client::RecallServiceClient;
 use mneme_proto::v1::remember_service_client::RememberServiceClient;
 use mneme_proto::v1::{
     AmendRequest, AmendResponse, BatchProgress, BatchRememberRequest, BatchRememberResult,
-    ForgetRequest, ForgetResponse, LinkRequest, LinkResponse, RecallRequest, RecallResponse,
-    RememberRequest, RememberResponse, batch_remember_event,
+    ContextRequest, ContextResponse, FetchRequest, ForgetRequest, ForgetResponse,
+    FragmentHistoryRequest, FragmentHistoryResponse, GraphExploreRequest, GraphExploreResponse,
+    LinkRequest, LinkResponse, RecallRequest, RecallResponse, RecalledFragment,
+    ReconstructHistoryRequest, ReconstructHistoryResponse, ReflectRequest, ReflectResponse,
+    RememberRequest, RememberResponse, SearchTracesRequest, SearchTracesResponse, StatsRequest,
+    StatsResponse, ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
@@ -87,76 +91,6 @@ impl Backends {
         RecallServiceClient::new(self.recall.clone())
     }
 
-    pub async fn remember(
-        &self,
-        principal: &Principal,
-        message: RememberRequest,
-    ) -> Result<RememberResponse, Error> {
-        self.unary(
-            self.remember_client(),
-            principal,
-            message,
-            |mut c, r| async move { c.remember(r).await },
-        )
-        .await
-    }
-
-    pub async fn forget(
-        &self,
-        principal: &Principal,
-        message: ForgetRequest,
-    ) -> Result<ForgetResponse, Error> {
-        self.unary(
-            self.remember_client(),
-            principal,
-            message,
-            |mut c, r| async move { c.forget(r).await },
-        )
-        .await
-    }
-
-    pub async fn amend(
-        &self,
-        principal: &Principal,
-        message: AmendRequest,
-    ) -> Result<AmendResponse, Error> {
-        self.unary(
-            self.remember_client(),
-            principal,
-            message,
-            |mut c, r| async move { c.amend(r).await },
-        )
-        .await
-    }
-
-    pub async fn link(
-        &self,
-        principal: &Principal,
-        message: LinkRequest,
-    ) -> Result<LinkResponse, Error> {
-        self.unary(
-            self.remember_client(),
-            principal,
-            message,
-            |mut c, r| async move { c.link(r).await },
-        )
-        .await
-    }
-
-    pub async fn recall(
-        &self,
-        principal: &Principal,
-        message: RecallRequest,
-    ) -> Result<RecallResponse, Error> {
-        self.unary(
-            self.recall_client(),
-            principal,
-            message,
-            |mut c, r| async move { c.recall(r).await },
-        )
-        .await
-    }
-
     /// Runs a batch, passing each progress event to `on_progress`, and
     /// returns the final result.
     pub async fn batch_remember(
@@ -208,4 +142,41 @@ impl Backends {
         }
         down
     }
+}
+
+/// One method per unary RPC: `client.rpc(Request) -> Response;`.
+macro_rules! unary_rpcs {
+    ($($client:ident . $rpc:ident ($request:ty) -> $response:ty;)*) => {
+        impl Backends {
+            $(
+                pub async fn $rpc(
+                    &self,
+                    principal: &Principal,
+                    message: $request,
+                ) -> Result<$response, Error> {
+                    self.unary(self.$client(), principal, message, |mut c, r| async move {
+                        c.$rpc(r).await
+                    })
+                    .await
+                }
+            )*
+        }
+    };
+}
+
+unary_rpcs! {
+    remember_client.remember(RememberRequest) -> RememberResponse;
+    remember_client.forget(ForgetRequest) -> ForgetResponse;
+    remember_client.amend(AmendRequest) -> AmendResponse;
+    remember_client.link(LinkRequest) -> LinkResponse;
+    remember_client.reflect(ReflectRequest) -> ReflectResponse;
+    remember_client.record_tool_feedback(ToolFeedbackRequest) -> ToolFeedbackResponse;
+    recall_client.recall(RecallRequest) -> RecallResponse;
+    recall_client.context(ContextRequest) -> ContextResponse;
+    recall_client.fetch(FetchRequest) -> RecalledFragment;
+    recall_client.stats(StatsRequest) -> StatsResponse;
+    recall_client.graph_explore(GraphExploreRequest) -> GraphExploreResponse;
+    recall_client.fragment_history(FragmentHistoryRequest) -> FragmentHistoryResponse;
+    recall_client.reconstruct_history(ReconstructHistoryRequest) -> ReconstructHistoryResponse;
+    recall_client.search_traces(SearchTracesRequest) -> SearchTracesResponse;
 }

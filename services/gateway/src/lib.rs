@@ -33,6 +33,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::HeaderName;
 use axum::middleware;
+use axum::serve::ListenerExt;
 use mneme_config::Config;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_store::Store;
@@ -45,6 +46,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 pub use backends::{Backends, ProgressFuture};
+pub use tools::reference::tools_markdown;
 
 /// Shared state of the gateway's handlers. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -107,6 +109,12 @@ pub async fn serve(
     let stop = CancellationToken::new();
     let router = router(app, &config.gateway, stop.clone());
     tracing::info!(addr = %listener.local_addr()?, mcp = %config.gateway.mcp_url(), "gateway listening");
+    // Small responses must not wait on Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY could not be set");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -36,6 +36,7 @@ concrete names and numbers). Call `forget` for memories that are wrong or obsole
 #[derive(Debug, Clone)]
 pub(crate) struct McpServer {
     backends: Backends,
+    public_url: Arc<str>,
 }
 
 /// The principal the auth middleware stored on the HTTP request.
@@ -142,6 +143,7 @@ impl ServerHandler for McpServer {
             backends: self.backends.clone(),
             principal,
             progress,
+            public_url: self.public_url.clone(),
         };
         match REGISTRY
             .call(
@@ -173,10 +175,12 @@ pub(crate) fn service(
         http.with_allowed_origins(config.allowed_origins.clone())
             .enforce_origin_validation()
     };
+    let public_url: Arc<str> = config.public_url.as_str().into();
     StreamableHttpService::new(
         move || {
             Ok(McpServer {
                 backends: backends.clone(),
+                public_url: public_url.clone(),
             })
         },
         Arc::new(LocalSessionManager::default()),

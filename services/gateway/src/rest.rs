@@ -1,6 +1,7 @@
 //! The REST facade over the tool registry, for scripts and ChatGPT GPT
 //! Actions: `POST /v1/tools/{name}` with the tool's arguments as the JSON
-//! body, and `GET /openapi.json` describing the tools the caller may use.
+//! body, `GET /openapi.json` describing the tools the caller may use, and
+//! `GET /memories/{id}`, the address `search` and `fetch` results cite.
 //! Same authentication, same checks and same handlers as MCP.
 
 use axum::extract::{Path, State};
@@ -19,6 +20,33 @@ pub(crate) fn routes() -> Router<App> {
     Router::new()
         .route("/v1/tools/{name}", post(call_tool))
         .route("/openapi.json", get(openapi))
+        .route("/memories/{id}", get(memory))
+}
+
+fn context(app: &App, principal: Principal) -> ToolContext {
+    ToolContext {
+        backends: app.backends.clone(),
+        principal,
+        progress: None,
+        public_url: app.public_url.as_str().into(),
+    }
+}
+
+/// One memory, as the `fetch` tool returns it.
+async fn memory(
+    State(app): State<App>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Response {
+    let mut arguments = Map::new();
+    arguments.insert("id".into(), Value::String(id));
+    match REGISTRY
+        .call("fetch", context(&app, principal), arguments)
+        .await
+    {
+        Ok(result) => (StatusCode::OK, Json(result)).into_response(),
+        Err(error) => ApiError(error).into_response(),
+    }
 }
 
 async fn call_tool(
@@ -44,12 +72,10 @@ async fn call_tool(
             .into_response();
         }
     };
-    let context = ToolContext {
-        backends: app.backends.clone(),
-        principal,
-        progress: None,
-    };
-    match REGISTRY.call(&name, context, arguments).await {
+    match REGISTRY
+        .call(&name, context(&app, principal), arguments)
+        .await
+    {
         Ok(result) => (StatusCode::OK, Json(result)).into_response(),
         Err(error) => ApiError(error).into_response(),
     }

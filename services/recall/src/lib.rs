@@ -8,6 +8,8 @@
 //! - `search` (in this file): the layers inside one tenant transaction.
 //! - `rank`: scoring, pages, explanations, hints (pure).
 //! - `enrich`: links, surrounding context and cases of a page.
+//! - `context`: the session-start memory block.
+//! - `explore`: fetch, stats, graph, history, timelines and search traces.
 //!
 //! One recall, inside a single tenant transaction:
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
@@ -25,7 +27,9 @@
 //! the answer, off the request path.
 #![forbid(unsafe_code)]
 
+mod context;
 mod enrich;
+mod explore;
 mod query;
 mod rank;
 
@@ -44,7 +48,12 @@ use mneme_embed::{Embedder, TextKind};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::recall_service_server::{RecallService, RecallServiceServer};
-use mneme_proto::v1::{RecallRequest, RecallResponse};
+use mneme_proto::v1::{
+    ContextRequest, ContextResponse, FetchRequest, FragmentHistoryRequest, FragmentHistoryResponse,
+    GraphExploreRequest, GraphExploreResponse, RecallRequest, RecallResponse, RecalledFragment,
+    ReconstructHistoryRequest, ReconstructHistoryResponse, SearchTracesRequest,
+    SearchTracesResponse, StatsRequest, StatsResponse,
+};
 use mneme_store::fragments::{self, Fragment, Hit};
 use mneme_store::search_events::{self, SearchEvent};
 use mneme_store::{Store, TenantTx, links};
@@ -352,6 +361,76 @@ impl RecallService for RecallServer {
     ) -> Result<Response<RecallResponse>, Status> {
         handle(request, |principal, message| async move {
             RecallServer::recall(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn context(
+        &self,
+        request: Request<ContextRequest>,
+    ) -> Result<Response<ContextResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::context(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<FetchRequest>,
+    ) -> Result<Response<RecalledFragment>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::fetch(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn stats(
+        &self,
+        request: Request<StatsRequest>,
+    ) -> Result<Response<StatsResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::stats(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn graph_explore(
+        &self,
+        request: Request<GraphExploreRequest>,
+    ) -> Result<Response<GraphExploreResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::graph_explore(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn fragment_history(
+        &self,
+        request: Request<FragmentHistoryRequest>,
+    ) -> Result<Response<FragmentHistoryResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::fragment_history(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn reconstruct_history(
+        &self,
+        request: Request<ReconstructHistoryRequest>,
+    ) -> Result<Response<ReconstructHistoryResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::reconstruct_history(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn search_traces(
+        &self,
+        request: Request<SearchTracesRequest>,
+    ) -> Result<Response<SearchTracesResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::search_traces(self, &principal, message).await
         })
         .await
     }

@@ -51,6 +51,53 @@ fn millis(at: Option<DateTime<Utc>>) -> Option<i64> {
     at.map(|at| at.timestamp_millis())
 }
 
+/// A stored fragment as clients see it, with what the search said about it.
+pub(crate) fn view(row: Fragment, candidate: &Candidate, score: f64) -> RecalledFragment {
+    let explanations = explanations(candidate, &row);
+    RecalledFragment {
+        id: row.id.to_string(),
+        content: row.content,
+        topic: row.topic,
+        r#type: row.fragment_type,
+        keywords: row.keywords,
+        importance: row.importance,
+        ttl_tier: row.ttl_tier,
+        is_anchor: row.is_anchor,
+        workspace: row.workspace,
+        created_at_unix_ms: row.created_at.timestamp_millis(),
+        score,
+        similarity: candidate.similarity,
+        matched_by: candidate
+            .layers
+            .iter()
+            .map(|l| l.as_str().to_owned())
+            .collect(),
+        estimated_tokens: u32::try_from(row.estimated_tokens).unwrap_or(0),
+        linked: Vec::new(),
+        explanations,
+        context_summary: row.context_summary,
+        nearby: Vec::new(),
+        case_id: row.case_id,
+        goal: row.goal,
+        outcome: row.outcome,
+        phase: row.phase,
+        resolution_status: row.resolution_status,
+        assertion_status: row.assertion_status,
+        affect: row.affect,
+        valid_to_unix_ms: millis(row.valid_to),
+        access_count: u32::try_from(row.access_count).unwrap_or(0),
+        occurred_at_unix_ms: millis(row.occurred_at),
+        agent_id: row.agent_id,
+        source: row.source,
+    }
+}
+
+/// A fragment listed without a search (fetch, history, context).
+pub(crate) fn plain(row: Fragment) -> RecalledFragment {
+    let importance = f64::from(row.importance);
+    view(row, &Candidate::default(), importance)
+}
+
 /// Scores candidates (relevance, importance, recency), best first; drops
 /// those below the similarity `threshold` (fragments without a similarity
 /// stay).
@@ -77,43 +124,7 @@ pub(crate) fn rank(
                 age_days,
                 weights,
             );
-            let explanations = explanations(candidate, &row);
-            Some(RecalledFragment {
-                id: row.id.to_string(),
-                content: row.content,
-                topic: row.topic,
-                r#type: row.fragment_type,
-                keywords: row.keywords,
-                importance: row.importance,
-                ttl_tier: row.ttl_tier,
-                is_anchor: row.is_anchor,
-                workspace: row.workspace,
-                created_at_unix_ms: row.created_at.timestamp_millis(),
-                score,
-                similarity: candidate.similarity,
-                matched_by: candidate
-                    .layers
-                    .iter()
-                    .map(|l| l.as_str().to_owned())
-                    .collect(),
-                estimated_tokens: u32::try_from(row.estimated_tokens).unwrap_or(0),
-                linked: Vec::new(),
-                explanations,
-                context_summary: row.context_summary,
-                nearby: Vec::new(),
-                case_id: row.case_id,
-                goal: row.goal,
-                outcome: row.outcome,
-                phase: row.phase,
-                resolution_status: row.resolution_status,
-                assertion_status: row.assertion_status,
-                affect: row.affect,
-                valid_to_unix_ms: millis(row.valid_to),
-                access_count: u32::try_from(row.access_count).unwrap_or(0),
-                occurred_at_unix_ms: millis(row.occurred_at),
-                agent_id: row.agent_id,
-                source: row.source,
-            })
+            Some(view(row, candidate, score))
         })
         .collect();
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));

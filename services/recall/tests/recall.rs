@@ -2,124 +2,15 @@
 //! budgets and degradation. Services are called in-process (the gRPC hop is
 //! covered by the end-to-end tests).
 
+mod common;
+
 use std::sync::Arc;
 
-use mneme_cache::Cache;
-use mneme_config::Config;
-use mneme_consolidator::EmbeddingWorker;
-use mneme_core::{ErrorCode, Permission, Principal};
+use common::{DownEmbedder, Harness};
+use mneme_core::{ErrorCode, Permission};
 use mneme_embed::hash::HashEmbedder;
-use mneme_embed::{EmbedError, Embedder, TextKind};
 use mneme_proto::v1::{RecallRequest, RecallResponse, RememberRequest};
-use mneme_recall::RecallServer;
-use mneme_remember::RememberServer;
-use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
-use tokio_util::sync::CancellationToken;
-
-/// An embedder whose provider is down.
-#[derive(Debug)]
-struct DownEmbedder;
-
-#[async_trait::async_trait]
-impl Embedder for DownEmbedder {
-    fn model_id(&self) -> &str {
-        "down"
-    }
-
-    fn dimension(&self) -> usize {
-        384
-    }
-
-    async fn embed(&self, _: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        Err(EmbedError::Unavailable("connection refused".into()))
-    }
-}
-
-struct Harness {
-    _db: TestDatabase,
-    redis: TestRedis,
-    tenant: TestTenant,
-    remember: RememberServer,
-    recall: RecallServer,
-    worker: EmbeddingWorker,
-}
-
-impl Harness {
-    async fn new(embedder: Arc<dyn Embedder>) -> Self {
-        let db = TestDatabase::create().await;
-        let redis = TestRedis::new();
-        let store = db.store();
-        let tenant = create_tenant(&store, "recall", ALL_PERMISSIONS).await;
-        let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-        Self {
-            remember: RememberServer::new(
-                store.clone(),
-                cache.clone(),
-                Config::defaults().remember,
-            ),
-            recall: RecallServer::new(
-                store.clone(),
-                cache,
-                embedder.clone(),
-                Config::defaults().recall,
-            ),
-            worker: EmbeddingWorker::new(store, embedder, 32),
-            tenant,
-            redis,
-            _db: db,
-        }
-    }
-
-    fn principal(&self) -> Principal {
-        Principal {
-            tenant_id: self.tenant.tenant_id,
-            key_id: self.tenant.key_id,
-            group_key_ids: vec![],
-            user_id: None,
-            permissions: ALL_PERMISSIONS.to_vec(),
-            workspace: None,
-            mode: None,
-            session_id: None,
-            agent_id: "default".into(),
-        }
-    }
-
-    async fn store(
-        &self,
-        content: &str,
-        kind: &str,
-        topic: &str,
-        extra: RememberRequest,
-    ) -> String {
-        self.remember
-            .remember(
-                &self.principal(),
-                RememberRequest {
-                    content: content.into(),
-                    r#type: kind.into(),
-                    topic: topic.into(),
-                    ..extra
-                },
-            )
-            .await
-            .unwrap()
-            .id
-    }
-
-    async fn recall(&self, request: RecallRequest) -> RecallResponse {
-        self.recall
-            .recall(&self.principal(), request)
-            .await
-            .unwrap()
-    }
-
-    async fn embed_all(&self) {
-        self.worker
-            .drain_tenant(self.tenant.tenant_id, &CancellationToken::new())
-            .await
-            .unwrap();
-    }
-}
+use mneme_test_support::ALL_PERMISSIONS;
 
 fn text(query: &str) -> RecallRequest {
     RecallRequest {
@@ -631,7 +522,7 @@ mod filters_and_pages {
         // Regression: the reference filled link previews without scoping
         // them to the caller's key.
         let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
-        let mut client = h._db.store().client().await.unwrap();
+        let mut client = h.db.store().client().await.unwrap();
         let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
             .await
             .unwrap();
@@ -774,7 +665,9 @@ mod filters_and_pages {
             .put(fact("The office wifi network is called mneme-guest."))
             .await;
         // A session that was already shown `seen` (by context).
-        let cache = Cache::connect(&h.redis.url, &h.redis.prefix).await.unwrap();
+        let cache = mneme_cache::Cache::connect(&h.redis.url, &h.redis.prefix)
+            .await
+            .unwrap();
         cache
             .mark_seen(
                 &h.tenant.tenant_id.to_string(),
@@ -807,7 +700,7 @@ mod filters_and_pages {
         // Recalling counts as an access, recorded after the answer.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while h
-            ._db
+            .db
             .count_in_tenant(
                 h.tenant.tenant_id,
                 &format!("id = '{unseen}' AND access_count >= 2"),
@@ -821,7 +714,7 @@ mod filters_and_pages {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let events = h._db.count_in_tenant(h.tenant.tenant_id, "true").await;
+        let events = h.db.count_in_tenant(h.tenant.tenant_id, "true").await;
         assert_eq!(events, 2);
         let _ = Permission::Read;
     }

@@ -4,6 +4,10 @@
 //! Layout: [`RememberServer`] implements the gRPC service by validating with
 //! `mneme_core::fragment::prepare` and writing through `mneme_store`;
 //! [`run`] wires configuration, PostgreSQL, Redis and the gRPC server.
+//! - `write`: remember and batch_remember (quota, cases, links, conflicts);
+//! - `edit`: forget, amend and link;
+//! - `reflect`: a session summary as fragments, an episode and a milestone;
+//! - `feedback`: tool feedback and what it teaches (activation, link weights).
 //!
 //! A `remember` is acknowledged once its transaction commits. The embedding
 //! is computed afterwards by the embedding worker (mneme-consolidator), which
@@ -12,6 +16,8 @@
 #![forbid(unsafe_code)]
 
 mod edit;
+mod feedback;
+mod reflect;
 mod write;
 
 use std::future::Future;
@@ -27,8 +33,8 @@ use mneme_proto::server::handle;
 use mneme_proto::v1::remember_service_server::{RememberService, RememberServiceServer};
 use mneme_proto::v1::{
     AmendRequest, AmendResponse, BatchRememberEvent, BatchRememberRequest, ForgetRequest,
-    ForgetResponse, LinkRequest, LinkResponse, RememberRequest, RememberResponse,
-    batch_remember_event,
+    ForgetResponse, LinkRequest, LinkResponse, ReflectRequest, ReflectResponse, RememberRequest,
+    RememberResponse, ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event,
 };
 use mneme_store::Store;
 use tokio::net::TcpListener;
@@ -122,6 +128,26 @@ impl RememberService for RememberServer {
     ) -> Result<Response<ForgetResponse>, Status> {
         handle(request, |principal, message| async move {
             RememberServer::forget(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn reflect(
+        &self,
+        request: Request<ReflectRequest>,
+    ) -> Result<Response<ReflectResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RememberServer::reflect(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn record_tool_feedback(
+        &self,
+        request: Request<ToolFeedbackRequest>,
+    ) -> Result<Response<ToolFeedbackResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RememberServer::record_tool_feedback(self, &principal, message).await
         })
         .await
     }

@@ -32,12 +32,20 @@ const MAX_CONFLICTS: usize = 3;
 const DISTINCTIVE_TERMS: usize = 4;
 
 /// A validated request with everything resolved.
-struct Write {
-    fragment: PreparedFragment,
-    agent_id: String,
-    session_id: Option<String>,
-    linked_to: Vec<String>,
-    supersedes: Vec<String>,
+pub(crate) struct Write {
+    pub(crate) fragment: PreparedFragment,
+    pub(crate) agent_id: String,
+    pub(crate) session_id: Option<String>,
+    pub(crate) linked_to: Vec<String>,
+    pub(crate) supersedes: Vec<String>,
+}
+
+/// What became of one item of a multi-fragment write.
+pub(crate) struct Stored {
+    pub index: usize,
+    pub id: Uuid,
+    pub outcome: WriteOutcome,
+    pub keywords: Vec<String>,
 }
 
 fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
@@ -67,7 +75,11 @@ fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
 }
 
 impl RememberServer {
-    fn validate(&self, principal: &Principal, request: RememberRequest) -> Result<Write> {
+    pub(crate) fn validate(
+        &self,
+        principal: &Principal,
+        request: RememberRequest,
+    ) -> Result<Write> {
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let occurred_at = match request.occurred_at_unix_ms {
             None => None,
@@ -112,7 +124,7 @@ impl RememberServer {
     /// limit a cached count suffices; near it the key row is locked and the
     /// count is exact, so concurrent writers cannot overshoot together.
     /// Returns the quota as checked.
-    async fn check_quota(
+    pub(crate) async fn check_quota(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
@@ -395,6 +407,65 @@ impl RememberServer {
             .collect())
     }
 
+    /// Inserts validated fragments in `tx`, in order, each with what its
+    /// creation entails (links, supersession, case event). `assign_cases`
+    /// lets errors and fixes of a session open and join cases. `on_stored`
+    /// receives the running count. Returns every item's outcome and the
+    /// fragments created, for [`Self::after_commit`].
+    pub(crate) async fn store_all(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        writes: Vec<(usize, Write)>,
+        assign_cases: bool,
+        mut on_stored: impl FnMut(usize),
+    ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
+        let mut stored = Vec::with_capacity(writes.len());
+        let mut created = Vec::new();
+        for (done, (index, mut write)) in writes.into_iter().enumerate() {
+            if assign_cases {
+                self.resolve_case(tx, principal, &mut write).await?;
+            }
+            let author = Author {
+                key_id: principal.key_id,
+                agent_id: &write.agent_id,
+                session_id: write.session_id.as_deref(),
+            };
+            let written = fragments::insert(tx, author, &write.fragment).await?;
+            let outcome = outcome_of(written.outcome);
+            stored.push(Stored {
+                index,
+                id: written.id,
+                outcome,
+                keywords: written.keywords,
+            });
+            if outcome == WriteOutcome::Created {
+                self.after_insert(tx, principal, &write, written.id).await?;
+                created.push((written.id, write));
+            }
+            on_stored(done + 1);
+        }
+        Ok((stored, created))
+    }
+
+    /// What follows a committed write of `created` new fragments: the quota
+    /// count, the embedding worker's wake-up and the automatic links.
+    pub(crate) async fn after_commit(
+        &self,
+        principal: &Principal,
+        created: u32,
+        new_fragments: Vec<(Uuid, Write)>,
+    ) {
+        if created > 0 {
+            let tenant = principal.tenant_id.to_string();
+            self.cache
+                .add_quota_count(&tenant, &principal.key_id.to_string(), i64::from(created))
+                .await;
+            self.cache.wake_embedding_worker(&tenant).await;
+        }
+        self.spawn_auto_links(principal, new_fragments);
+    }
+
     /// Stores a session-scoped fragment in the session's working memory.
     async fn remember_in_session(
         &self,
@@ -521,12 +592,8 @@ impl RememberServer {
         let redactions = u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX);
         let case_id = write.fragment.case.case_id.clone();
         if outcome == WriteOutcome::Created {
-            let tenant = principal.tenant_id.to_string();
-            self.cache
-                .add_quota_count(&tenant, &principal.key_id.to_string(), 1)
+            self.after_commit(principal, 1, vec![(written.id, write)])
                 .await;
-            self.cache.wake_embedding_worker(&tenant).await;
-            self.spawn_auto_links(principal, vec![(written.id, write)]);
         }
         if written.importance < 0.3 {
             warnings.push(format!(
@@ -626,52 +693,37 @@ impl RememberServer {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
             self.check_quota(&tx, principal, valid.len() as u64).await?;
-            let mut new_fragments: Vec<(Uuid, Write)> = Vec::new();
-            for (done, (index, mut write)) in valid.into_iter().enumerate() {
-                self.resolve_case(&tx, principal, &mut write).await?;
-                let author = Author {
-                    key_id: principal.key_id,
-                    agent_id: &write.agent_id,
-                    session_id: write.session_id.as_deref(),
-                };
-                let written = fragments::insert(&tx, author, &write.fragment).await?;
-                let outcome = outcome_of(written.outcome);
-                if outcome == WriteOutcome::Created {
-                    created += 1;
-                    self.after_insert(&tx, principal, &write, written.id)
-                        .await?;
-                    new_fragments.push((written.id, write));
-                } else {
-                    existing += 1;
-                }
-                results.push(BatchItemResult {
-                    index: index as u32,
-                    id: Some(written.id.to_string()),
-                    outcome: outcome as i32,
-                    error: None,
-                });
-                if (done + 1) % PROGRESS_EVERY == 0 {
-                    progress(BatchProgress {
-                        phase: "store".into(),
-                        processed: total_u32 + (done + 1) as u32,
-                        total: steps,
-                    });
-                }
-            }
+            let (stored, new_fragments) = self
+                .store_all(&tx, principal, valid, true, |done| {
+                    if done % PROGRESS_EVERY == 0 {
+                        progress(BatchProgress {
+                            phase: "store".into(),
+                            processed: total_u32 + done as u32,
+                            total: steps,
+                        });
+                    }
+                })
+                .await?;
             tx.commit().await?;
             progress(BatchProgress {
                 phase: "store".into(),
                 processed: steps,
                 total: steps,
             });
-            if created > 0 {
-                let tenant = principal.tenant_id.to_string();
-                self.cache
-                    .add_quota_count(&tenant, &principal.key_id.to_string(), i64::from(created))
-                    .await;
-                self.cache.wake_embedding_worker(&tenant).await;
+            for item in stored {
+                if item.outcome == WriteOutcome::Created {
+                    created += 1;
+                } else {
+                    existing += 1;
+                }
+                results.push(BatchItemResult {
+                    index: item.index as u32,
+                    id: Some(item.id.to_string()),
+                    outcome: item.outcome as i32,
+                    error: None,
+                });
             }
-            self.spawn_auto_links(principal, new_fragments);
+            self.after_commit(principal, created, new_fragments).await;
         }
         results.sort_by_key(|r| r.index);
         let rejected = total_u32 - created - existing;

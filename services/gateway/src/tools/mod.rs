@@ -8,14 +8,22 @@
 //! ([`Registry::authorize`]): a tool that is not registered cannot be
 //! called by anybody (default deny).
 //!
-//! Tool implementations live in one submodule per concern ([`remember`],
-//! [`recall`], [`edit`]); each turns JSON arguments into a gRPC request and
-//! the reply into JSON. [`kinds`] holds the enumerations they share.
+//! Tool implementations live in one submodule per concern: [`remember`],
+//! [`recall`], [`edit`] (forget, amend, link), [`session`] (context,
+//! reflect, tool_feedback), [`explore`] (stats, graph, history, traces),
+//! [`connector`] (ChatGPT's search and fetch) and [`guide`]. Each turns JSON
+//! arguments into a gRPC request and the reply into JSON. [`kinds`] holds
+//! the enumerations they share.
 
+mod connector;
 mod edit;
+mod explore;
+mod guide;
 mod kinds;
 mod recall;
+pub(crate) mod reference;
 mod remember;
+mod session;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -64,6 +72,8 @@ pub(crate) struct ToolContext {
     pub(crate) backends: Backends,
     pub(crate) principal: Principal,
     pub(crate) progress: Option<Arc<dyn ProgressSink>>,
+    /// The gateway's public base URL, for links in results.
+    pub(crate) public_url: Arc<str>,
 }
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -246,7 +256,11 @@ pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
     let all = remember::tools()
         .into_iter()
         .chain(recall::tools())
-        .chain(edit::tools());
+        .chain(edit::tools())
+        .chain(session::tools())
+        .chain(explore::tools())
+        .chain(connector::tools())
+        .chain(guide::tools());
     for spec in all {
         let name = spec.name;
         assert!(

@@ -232,6 +232,16 @@ pub(crate) struct RecallHint {
     pub tool: String,
 }
 
+impl From<v1::Hint> for RecallHint {
+    fn from(hint: v1::Hint) -> Self {
+        Self {
+            signal: hint.signal,
+            suggestion: hint.suggestion,
+            tool: hint.tool,
+        }
+    }
+}
+
 /// An event of a case.
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -301,7 +311,7 @@ pub(super) fn tools() -> Vec<ToolSpec> {
     )]
 }
 
-fn memory(f: v1::RecalledFragment) -> RecalledMemory {
+pub(super) fn memory(f: v1::RecalledFragment) -> RecalledMemory {
     RecalledMemory {
         created_at: rfc3339(f.created_at_unix_ms),
         occurred_at: f.occurred_at_unix_ms.map(rfc3339),
@@ -429,15 +439,7 @@ async fn recall(context: ToolContext, args: RecallArgs) -> Result<RecallResult, 
         next_cursor: response.next_cursor,
         has_more: response.has_more,
         search_event_id: response.search_event_id,
-        hints: response
-            .hints
-            .into_iter()
-            .map(|h| RecallHint {
-                signal: h.signal,
-                suggestion: h.suggestion,
-                tool: h.tool,
-            })
-            .collect(),
+        hints: response.hints.into_iter().map(RecallHint::from).collect(),
         cases: response
             .cases
             .into_iter()

@@ -167,7 +167,7 @@ pub(crate) struct BatchRememberResult {
     pub rejected: u32,
 }
 
-fn outcome_name(outcome: i32) -> &'static str {
+pub(super) fn outcome_name(outcome: i32) -> &'static str {
     match v1::WriteOutcome::try_from(outcome) {
         Ok(v1::WriteOutcome::Created) => "created",
         Ok(v1::WriteOutcome::Duplicate) => "duplicate",

@@ -250,6 +250,8 @@ pub struct RememberConfig {
     pub temporal_link_max: usize,
     pub working_memory_tokens: usize,
     pub working_memory_ttl: Duration,
+    pub link_reconsolidation: bool,
+    pub link_decay_interval: Duration,
 }
 
 /// Which embedding provider to use.
@@ -488,6 +490,8 @@ impl Config {
             temporal_link_max: r.value(settings::TEMPORAL_LINK_MAX),
             working_memory_tokens: r.positive(settings::WORKING_MEMORY_TOKENS),
             working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),
+            link_reconsolidation: r.flag(settings::LINK_RECONSOLIDATION),
+            link_decay_interval: Duration::from_secs(r.value(settings::LINK_DECAY_INTERVAL_SECS)),
         };
         if !(0.0..=1.0).contains(&remember.quota_exact_ratio) {
             r.problem(format!(

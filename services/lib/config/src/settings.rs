@@ -130,6 +130,10 @@ settings! {
             "A new fragment is linked (`temporal`) to fragments of the same key, agent and topic created within this many hours; 0 turns it off.";
         TEMPORAL_LINK_MAX = "MNEME_TEMPORAL_LINK_MAX", Some("5"),
             "Most temporal links per new fragment.";
+        LINK_RECONSOLIDATION = "MNEME_LINK_RECONSOLIDATION", Some("true"),
+            "`tool_feedback` naming fragments reinforces (relevant) or decays (not relevant) the links among them; every change is audited in `link_reconsolidations`.";
+        LINK_DECAY_INTERVAL_SECS = "MNEME_LINK_DECAY_INTERVAL_SECS", Some("60"),
+            "A link is decayed by feedback at most once per this many seconds, so a burst of negative feedback cannot erase it.";
         WORKING_MEMORY_TOKENS = "MNEME_WORKING_MEMORY_TOKENS", Some("500"),
             "Estimated tokens a session's working memory (`remember` with `scope: session`) keeps; the oldest items go first.";
         WORKING_MEMORY_TTL_SECS = "MNEME_WORKING_MEMORY_TTL_SECS", Some("86400"),

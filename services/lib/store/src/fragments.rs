@@ -480,6 +480,7 @@ pub struct Fragment {
     pub assertion_status: String,
     pub affect: String,
     pub access_count: i32,
+    pub accessed_at: Option<DateTime<Utc>>,
     pub ema_activation: f32,
     pub estimated_tokens: i32,
     pub occurred_at: Option<DateTime<Utc>>,
@@ -513,6 +514,7 @@ impl From<Row> for Fragment {
             assertion_status: row.get("assertion_status"),
             affect: row.get("affect"),
             access_count: row.get("access_count"),
+            accessed_at: row.get("accessed_at"),
             ema_activation: row.get("ema_activation"),
             estimated_tokens: row.get("estimated_tokens"),
             occurred_at: row.get("occurred_at"),
@@ -523,21 +525,143 @@ impl From<Row> for Fragment {
     }
 }
 
+/// The columns of [`Fragment`], on `mneme.fragments f`.
+const FRAGMENT_COLUMNS: &str = "f.id, f.key_id, f.agent_id, f.session_id, f.workspace, f.content,
+    f.topic, f.keywords, f.type, f.importance, f.ttl_tier, f.is_anchor, f.source, f.context_summary,
+    f.case_id, f.goal, f.outcome, f.phase, f.resolution_status, f.assertion_status, f.affect,
+    f.access_count, f.accessed_at, f.ema_activation, f.estimated_tokens, f.occurred_at, f.valid_to,
+    f.created_at, f.embedding IS NOT NULL AS embedded";
+
 /// Loads fragments by id, limited to the readable keys (order unspecified).
 pub async fn fetch(tx: &TenantTx<'_>, key_ids: &[Uuid], ids: &[Uuid]) -> Result<Vec<Fragment>> {
     let rows = tx
         .query(
-            "SELECT id, key_id, agent_id, session_id, workspace, content, topic, keywords, type,
-                    importance, ttl_tier, is_anchor, source, context_summary, case_id, goal, outcome,
-                    phase, resolution_status, assertion_status, affect, access_count, ema_activation,
-                    estimated_tokens, occurred_at, valid_to, created_at,
-                    embedding IS NOT NULL AS embedded
-               FROM mneme.fragments
-              WHERE tenant_id = $1 AND key_id = ANY($2) AND id = ANY($3)",
+            &format!(
+                "SELECT {FRAGMENT_COLUMNS} FROM mneme.fragments f
+                  WHERE f.tenant_id = $1 AND f.key_id = ANY($2) AND f.id = ANY($3)"
+            ),
             &[&tx.tenant_id(), &key_ids, &ids],
         )
         .await?;
     Ok(rows.into_iter().map(Fragment::from).collect())
+}
+
+/// Filters of [`traces`] (all optional).
+#[derive(Debug, Clone, Default)]
+pub struct TraceFilter<'a> {
+    pub fragment_type: Option<&'a str>,
+    /// Case-insensitive substring of the topic.
+    pub topic_contains: Option<&'a str>,
+    /// Case-insensitive substring of the content.
+    pub content_contains: Option<&'a str>,
+    pub case_id: Option<&'a str>,
+    pub session_id: Option<&'a str>,
+    /// The topic exactly, or a keyword the fragment carries.
+    pub entity: Option<&'a str>,
+    /// Full-text match.
+    pub tsquery: Option<&'a str>,
+    pub time_from: Option<DateTime<Utc>>,
+    pub time_to: Option<DateTime<Utc>>,
+    pub workspace: Option<&'a str>,
+}
+
+/// Escapes `%`, `_` and `\` for a LIKE pattern.
+fn like_pattern(text: &str) -> String {
+    let escaped = text
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+/// Readable fragments (valid or not) matching structured filters, in event
+/// order (oldest first).
+pub async fn traces(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    agent_id: &str,
+    filter: &TraceFilter<'_>,
+    limit: i64,
+) -> Result<Vec<Fragment>> {
+    let topic = filter.topic_contains.map(like_pattern);
+    let content = filter.content_contains.map(like_pattern);
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {FRAGMENT_COLUMNS} FROM mneme.fragments f
+                  WHERE f.tenant_id = $1 AND f.key_id = ANY($2) AND f.agent_id IN ($3, 'default')
+                    AND ($4::text IS NULL OR f.type = $4)
+                    AND ($5::text IS NULL OR f.topic ILIKE $5)
+                    AND ($6::text IS NULL OR f.content ILIKE $6)
+                    AND ($7::text IS NULL OR f.case_id = $7)
+                    AND ($8::text IS NULL OR f.session_id = $8)
+                    AND ($9::text IS NULL OR f.topic = $9 OR $9 = ANY(f.keywords))
+                    AND ($10::text IS NULL OR f.search_tsv @@ CAST($10 AS tsquery))
+                    AND ($11::timestamptz IS NULL OR COALESCE(f.occurred_at, f.created_at) >= $11)
+                    AND ($12::timestamptz IS NULL OR COALESCE(f.occurred_at, f.created_at) < $12)
+                    AND ($13::text IS NULL OR f.workspace = $13 OR f.workspace IS NULL)
+                  ORDER BY COALESCE(f.occurred_at, f.created_at), f.id
+                  LIMIT $14"
+            ),
+            &[
+                &tx.tenant_id(),
+                &key_ids,
+                &agent_id,
+                &filter.fragment_type,
+                &topic,
+                &content,
+                &filter.case_id,
+                &filter.session_id,
+                &filter.entity,
+                &filter.tsquery,
+                &filter.time_from,
+                &filter.time_to,
+                &filter.workspace,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(rows.into_iter().map(Fragment::from).collect())
+}
+
+/// The supersession chain around `id` among readable fragments: (older
+/// fragments it replaced, newest first; newer fragments that replaced it,
+/// oldest first). Bounded at 50 steps each way.
+pub async fn supersession(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    id: Uuid,
+) -> Result<(Vec<Uuid>, Vec<Uuid>)> {
+    let walk = |forward: bool| {
+        let (from, to) = if forward {
+            ("from_id", "to_id")
+        } else {
+            ("to_id", "from_id")
+        };
+        format!(
+            "WITH RECURSIVE chain(id, step) AS (
+                 SELECT $2::uuid, 0
+                 UNION
+                 SELECT l.{to}, c.step + 1
+                   FROM chain c
+                   JOIN mneme.fragment_links l
+                     ON l.tenant_id = $1 AND l.{from} = c.id AND l.relation_type = 'superseded_by'
+                  WHERE c.step < 50)
+             SELECT c.id FROM chain c
+               JOIN mneme.fragments f ON f.tenant_id = $1 AND f.id = c.id AND f.key_id = ANY($3)
+              WHERE c.step > 0 ORDER BY c.step"
+        )
+    };
+    let newer = tx
+        .query(&walk(true), &[&tx.tenant_id(), &id, &key_ids])
+        .await?;
+    let older = tx
+        .query(&walk(false), &[&tx.tenant_id(), &id, &key_ids])
+        .await?;
+    Ok((
+        older.iter().map(|r| r.get(0)).collect(),
+        newer.iter().map(|r| r.get(0)).collect(),
+    ))
 }
 
 /// Up to `per_fragment` readable fragments of the same session written

@@ -3,8 +3,11 @@
 //! Layout:
 //! - [`Store`]: the connection pool, start-up checks and tenant transactions.
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
-//! - One repository module per table: [`tenants`], [`api_keys`], [`key_groups`],
-//!   [`fragments`].
+//! - One repository module per table or family of tables: [`tenants`],
+//!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
+//!   [`cases`] (events, edges, evidence), [`search_events`], [`feedback`]
+//!   (tool and task feedback, link reconsolidation); [`stats`] aggregates
+//!   them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
 //! transaction that has set `mneme.tenant_id` (so row-level security
@@ -15,11 +18,13 @@
 
 pub mod api_keys;
 pub mod cases;
+pub mod feedback;
 pub mod fragments;
 pub mod key_groups;
 pub mod links;
 pub mod migrate;
 pub mod search_events;
+pub mod stats;
 pub mod tenants;
 pub mod versions;
 

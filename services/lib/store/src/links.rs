@@ -206,3 +206,37 @@ pub async fn strengthen_co_retrieval(tx: &TenantTx<'_>, ids: &[Uuid], step: f32)
     .await?;
     Ok(())
 }
+
+/// An edge between two fragments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    pub from_id: Uuid,
+    pub to_id: Uuid,
+    pub relation_type: String,
+    pub weight: f32,
+}
+
+/// Active links with both ends among `ids` (optionally of some relations).
+pub async fn among(
+    tx: &TenantTx<'_>,
+    ids: &[Uuid],
+    relation_types: Option<&[String]>,
+) -> Result<Vec<Edge>> {
+    let rows = tx
+        .query(
+            "SELECT from_id, to_id, relation_type, weight FROM mneme.fragment_links
+              WHERE tenant_id = $1 AND from_id = ANY($2) AND to_id = ANY($2) AND deleted_at IS NULL
+                AND ($3::text[] IS NULL OR relation_type = ANY($3))",
+            &[&tx.tenant_id(), &ids, &relation_types],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Edge {
+            from_id: r.get(0),
+            to_id: r.get(1),
+            relation_type: r.get(2),
+            weight: r.get(3),
+        })
+        .collect())
+}

@@ -161,6 +161,12 @@ impl TestDatabase {
     /// `SELECT count(*) FROM mneme.fragments WHERE <condition>` within one
     /// tenant, bypassing the services (for assertions).
     pub async fn count_in_tenant(&self, tenant_id: Uuid, condition: &str) -> i64 {
+        self.count_rows(tenant_id, "fragments", condition).await
+    }
+
+    /// `SELECT count(*) FROM mneme.<table> WHERE <condition>` within one
+    /// tenant, bypassing the services (for assertions).
+    pub async fn count_rows(&self, tenant_id: Uuid, table: &str, condition: &str) -> i64 {
         let mut client = self.owner_client().await;
         let tx = client.transaction().await.expect("transaction");
         tx.execute(
@@ -170,11 +176,11 @@ impl TestDatabase {
         .await
         .expect("set tenant");
         tx.query_one(
-            &format!("SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND ({condition})"),
+            &format!("SELECT count(*) FROM mneme.{table} WHERE tenant_id = $1 AND ({condition})"),
             &[&tenant_id],
         )
         .await
-        .expect("count fragments")
+        .expect("count rows")
         .get(0)
     }
 }

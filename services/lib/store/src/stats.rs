@@ -1,0 +1,119 @@
+//! Aggregates over what one principal can read: its keys' fragments, links,
+//! searches and feedback. Never a global count (the reference's
+//! `memory_stats` aggregated over every tenant).
+
+use uuid::Uuid;
+
+use crate::{Result, TenantTx};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub total: i64,
+    pub anchors: i64,
+    pub superseded: i64,
+    pub embedded: i64,
+    pub awaiting_embedding: i64,
+    pub average_importance: f64,
+    pub topics: i64,
+    pub cases: i64,
+    pub total_tokens: i64,
+    pub by_type: Vec<(String, i64)>,
+    pub by_tier: Vec<(String, i64)>,
+    pub top_topics: Vec<(String, i64)>,
+    pub links: i64,
+    pub searches_7d: i64,
+    pub zero_result_rate_7d: f64,
+    pub average_search_ms_7d: f64,
+    pub feedback_7d: i64,
+    pub relevant_rate_7d: f64,
+    pub sufficient_rate_7d: f64,
+}
+
+fn pairs(rows: &[tokio_postgres::Row]) -> Vec<(String, i64)> {
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// Counts over the fragments of `key_ids` visible to `agent_id`.
+pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Result<Stats> {
+    let tenant = tx.tenant_id();
+    let scope = "tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')";
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tenant, &key_ids, &agent_id];
+    let totals = tx
+        .query_one(
+            &format!(
+                "SELECT count(*) FILTER (WHERE valid_to IS NULL),
+                        count(*) FILTER (WHERE valid_to IS NULL AND is_anchor),
+                        count(*) FILTER (WHERE valid_to IS NOT NULL),
+                        count(*) FILTER (WHERE valid_to IS NULL AND embedding IS NOT NULL),
+                        count(*) FILTER (WHERE embedding IS NULL),
+                        COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::float8,
+                        count(DISTINCT topic) FILTER (WHERE valid_to IS NULL),
+                        count(DISTINCT case_id) FILTER (WHERE valid_to IS NULL),
+                        COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8
+                   FROM mneme.fragments WHERE {scope}"
+            ),
+            &params,
+        )
+        .await?;
+    let grouped = |column: &str, order: &str, limit: i64| {
+        format!(
+            "SELECT {column}, count(*) FROM mneme.fragments WHERE {scope} AND valid_to IS NULL
+              GROUP BY {column} ORDER BY {order} LIMIT {limit}"
+        )
+    };
+    let by_type = tx.query(&grouped("type", "1", 100), &params).await?;
+    let by_tier = tx.query(&grouped("ttl_tier", "1", 100), &params).await?;
+    let top_topics = tx
+        .query(&grouped("topic", "2 DESC, 1", 10), &params)
+        .await?;
+    let links: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM mneme.fragment_links l
+               JOIN mneme.fragments f ON f.tenant_id = l.tenant_id AND f.id = l.from_id
+              WHERE l.tenant_id = $1 AND f.key_id = ANY($2) AND l.deleted_at IS NULL",
+            &[&tenant, &key_ids],
+        )
+        .await?
+        .get(0);
+    let searches = tx
+        .query_one(
+            "SELECT count(*),
+                    COALESCE(avg((result_count = 0)::int), 0)::float8,
+                    COALESCE(avg(latency_ms), 0)::float8
+               FROM mneme.search_events
+              WHERE tenant_id = $1 AND key_id = ANY($2) AND created_at > now() - interval '7 days'",
+            &[&tenant, &key_ids],
+        )
+        .await?;
+    let feedback = tx
+        .query_one(
+            "SELECT count(*),
+                    COALESCE(avg(relevant::int), 0)::float8,
+                    COALESCE(avg(sufficient::int), 0)::float8
+               FROM mneme.tool_feedback
+              WHERE tenant_id = $1 AND key_id = ANY($2) AND created_at > now() - interval '7 days'",
+            &[&tenant, &key_ids],
+        )
+        .await?;
+    Ok(Stats {
+        total: totals.get(0),
+        anchors: totals.get(1),
+        superseded: totals.get(2),
+        embedded: totals.get(3),
+        awaiting_embedding: totals.get(4),
+        average_importance: totals.get(5),
+        topics: totals.get(6),
+        cases: totals.get(7),
+        total_tokens: totals.get(8),
+        by_type: pairs(&by_type),
+        by_tier: pairs(&by_tier),
+        top_topics: pairs(&top_topics),
+        links,
+        searches_7d: searches.get(0),
+        zero_result_rate_7d: searches.get(1),
+        average_search_ms_7d: searches.get(2),
+        feedback_7d: feedback.get(0),
+        relevant_rate_7d: feedback.get(1),
+        sufficient_rate_7d: feedback.get(2),
+    })
+}

@@ -1,0 +1,125 @@
+//! The in-process harness of the recall tests: remember, recall and the
+//! embedding worker on a database and Redis prefix of their own.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::sync::Arc;
+
+use mneme_cache::Cache;
+use mneme_config::Config;
+use mneme_consolidator::EmbeddingWorker;
+use mneme_core::Principal;
+use mneme_embed::{EmbedError, Embedder, TextKind};
+use mneme_proto::v1::{RecallRequest, RecallResponse, RememberRequest};
+use mneme_recall::RecallServer;
+use mneme_remember::RememberServer;
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
+use tokio_util::sync::CancellationToken;
+
+/// An embedder whose provider is down.
+#[derive(Debug)]
+pub(crate) struct DownEmbedder;
+
+#[async_trait::async_trait]
+impl Embedder for DownEmbedder {
+    fn model_id(&self) -> &str {
+        "down"
+    }
+
+    fn dimension(&self) -> usize {
+        384
+    }
+
+    async fn embed(&self, _: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError::Unavailable("connection refused".into()))
+    }
+}
+
+pub(crate) struct Harness {
+    pub(crate) db: TestDatabase,
+    pub(crate) redis: TestRedis,
+    pub(crate) tenant: TestTenant,
+    pub(crate) remember: RememberServer,
+    pub(crate) recall: RecallServer,
+    pub(crate) worker: EmbeddingWorker,
+}
+
+impl Harness {
+    pub(crate) async fn new(embedder: Arc<dyn Embedder>) -> Self {
+        Self::with_remember_config(embedder, Config::defaults().remember).await
+    }
+
+    /// A harness whose remember service runs with `settings`.
+    pub(crate) async fn with_remember_config(
+        embedder: Arc<dyn Embedder>,
+        settings: mneme_config::RememberConfig,
+    ) -> Self {
+        let db = TestDatabase::create().await;
+        let redis = TestRedis::new();
+        let store = db.store();
+        let tenant = create_tenant(&store, "recall", ALL_PERMISSIONS).await;
+        let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+        Self {
+            remember: RememberServer::new(store.clone(), cache.clone(), settings),
+            recall: RecallServer::new(
+                store.clone(),
+                cache,
+                embedder.clone(),
+                Config::defaults().recall,
+            ),
+            worker: EmbeddingWorker::new(store, embedder, 32),
+            tenant,
+            redis,
+            db,
+        }
+    }
+
+    pub(crate) fn principal(&self) -> Principal {
+        Principal {
+            tenant_id: self.tenant.tenant_id,
+            key_id: self.tenant.key_id,
+            group_key_ids: vec![],
+            user_id: None,
+            permissions: ALL_PERMISSIONS.to_vec(),
+            workspace: None,
+            mode: None,
+            session_id: None,
+            agent_id: "default".into(),
+        }
+    }
+
+    pub(crate) async fn store(
+        &self,
+        content: &str,
+        kind: &str,
+        topic: &str,
+        extra: RememberRequest,
+    ) -> String {
+        self.remember
+            .remember(
+                &self.principal(),
+                RememberRequest {
+                    content: content.into(),
+                    r#type: kind.into(),
+                    topic: topic.into(),
+                    ..extra
+                },
+            )
+            .await
+            .unwrap()
+            .id
+    }
+
+    pub(crate) async fn recall(&self, request: RecallRequest) -> RecallResponse {
+        self.recall
+            .recall(&self.principal(), request)
+            .await
+            .unwrap()
+    }
+
+    pub(crate) async fn embed_all(&self) {
+        self.worker
+            .drain_tenant(self.tenant.tenant_id, &CancellationToken::new())
+            .await
+            .unwrap();
+    }
+}
