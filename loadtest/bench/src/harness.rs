@@ -1,0 +1,289 @@
+//! The system under test: a whole mneme stack on a fresh database (the
+//! end-to-end tests' [`Stack`]), tenants with their own MCP clients, typed
+//! `remember`/`recall` calls, and the wait for the embedding worker.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use mneme_e2e_tests::{Mcp, Stack};
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use rmcp::model::CallToolRequestParams;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A running stack and the settings it was started with.
+#[derive(Debug)]
+pub struct Bench {
+    pub stack: Stack,
+    pub embedder: String,
+    /// Settings passed on top of the stack's defaults, for the report.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Bench {
+    /// Starts `mneme up` in-process on a fresh database and Redis prefix.
+    ///
+    /// Needs `MNEME_TEST_DATABASE_URL`, `MNEME_TEST_REDIS_URL` and, for `e5`,
+    /// `MNEME_E5_DIR` (all set by `~/.local/share/mneme/env`). The check here
+    /// turns the stack's panics on a missing variable into an error message.
+    pub async fn start(embedder: &str, settings: &[(String, String)]) -> anyhow::Result<Self> {
+        let mut required = vec!["MNEME_TEST_DATABASE_URL", "MNEME_TEST_REDIS_URL"];
+        if embedder == "e5" {
+            required.push("MNEME_E5_DIR");
+        }
+        for name in required {
+            if std::env::var_os(name).is_none() {
+                bail!(
+                    "{name} is not set; run `source ~/.local/share/mneme/env` \
+                     (written by ./deploy/local/setup.sh) first"
+                );
+            }
+        }
+        let extra: Vec<(&str, &str)> = settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let stack = Stack::start(embedder, &extra).await;
+        Ok(Self {
+            stack,
+            embedder: embedder.to_owned(),
+            settings: settings.to_vec(),
+        })
+    }
+
+    /// A new tenant with one read/write key and an initialized MCP client.
+    pub async fn tenant(&self, name: &str) -> anyhow::Result<Tenant> {
+        let store = self.stack.db.store();
+        let tenant = create_tenant(&store, name, ALL_PERMISSIONS).await;
+        let mcp = self.stack.mcp(&tenant.api_key).await;
+        Ok(Tenant {
+            id: tenant.tenant_id,
+            name: tenant.name,
+            mcp,
+        })
+    }
+
+    /// Fragments of `tenant` still waiting for their embedding.
+    pub async fn pending_embeddings(&self, tenant: Uuid) -> i64 {
+        self.stack
+            .db
+            .count_in_tenant(tenant, "embedding IS NULL")
+            .await
+    }
+
+    /// Polls until every fragment of every tenant has an embedding (only
+    /// then does recall see the whole corpus through its vector layer).
+    pub async fn wait_for_embeddings(
+        &self,
+        tenants: &[Uuid],
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut pending = 0;
+            for tenant in tenants {
+                pending += self.pending_embeddings(*tenant).await;
+            }
+            if pending == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{pending} fragments still have no embedding after {timeout:?}; \
+                     is the embedding worker running?"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The model id and dimension stored with `tenant`'s vectors, as the
+    /// worker wrote them (so the report states what was measured, not what
+    /// was configured).
+    pub async fn embedding_model(&self, tenant: Uuid) -> anyhow::Result<Option<(String, i32)>> {
+        let mut client = self.stack.db.owner_client().await;
+        let tx = client.transaction().await?;
+        // Row-level security is forced on the owner too: scope to the tenant.
+        tx.execute(
+            "SELECT set_config('mneme.tenant_id', $1, true)",
+            &[&tenant.to_string()],
+        )
+        .await?;
+        let row = tx
+            .query_opt(
+                "SELECT embedding_model, vector_dims(embedding) FROM mneme.fragments
+                  WHERE tenant_id = current_setting('mneme.tenant_id')::uuid
+                    AND embedding IS NOT NULL
+                  LIMIT 1",
+                &[],
+            )
+            .await
+            .context("reading the embedding model")?;
+        Ok(row.map(|row| {
+            let model: Option<String> = row.get(0);
+            (model.unwrap_or_default(), row.get(1))
+        }))
+    }
+
+    /// Stops every service; the test database is dropped with the stack.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stack.shutdown().await
+    }
+}
+
+/// A tenant and an MCP client holding its key.
+#[derive(Debug)]
+pub struct Tenant {
+    pub id: Uuid,
+    pub name: String,
+    pub mcp: Mcp,
+}
+
+/// The parts of a `remember` result the benchmark uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Remembered {
+    pub id: String,
+    /// `created`, `duplicate` or `replayed`.
+    pub outcome: String,
+    pub redactions: u32,
+}
+
+/// The parts of a `recall` result the benchmark uses.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recalled {
+    pub fragments: Vec<RecalledFragment>,
+    pub truncated_by_budget: bool,
+}
+
+/// One recalled memory.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecalledFragment {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub score: f64,
+    #[serde(default)]
+    pub similarity: Option<f64>,
+    #[serde(default)]
+    pub matched_by: Vec<String>,
+}
+
+/// A `remember` that was refused with a tool error (e.g. too short).
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejection {
+    pub item: String,
+    pub error: String,
+}
+
+impl Tenant {
+    /// Ends the MCP session while the stack still runs (a client dropped
+    /// after shutdown logs an error for the session it cannot delete).
+    pub async fn close(self) {
+        // The only error is a panicked client task, which has nothing left to close.
+        let _ = self.mcp.client.cancel().await;
+    }
+
+    /// Calls `remember`; `Err(message)` inside `Ok` when mneme refused the
+    /// memory, so a run can count refusals instead of aborting on them.
+    pub async fn remember(&self, arguments: Value) -> anyhow::Result<Result<Remembered, String>> {
+        match call(&self.mcp, "remember", arguments).await? {
+            Ok(value) => Ok(Ok(
+                serde_json::from_value(value).context("unexpected remember result")?
+            )),
+            Err(message) => Ok(Err(message)),
+        }
+    }
+
+    /// Calls `recall` and measures the round trip as the client sees it.
+    pub async fn recall(&self, arguments: Value) -> anyhow::Result<(Recalled, Duration)> {
+        let started = Instant::now();
+        let result = call(&self.mcp, "recall", arguments).await?;
+        let elapsed = started.elapsed();
+        let value = result.map_err(|message| anyhow::anyhow!("recall failed: {message}"))?;
+        let recalled = serde_json::from_value(value).context("unexpected recall result")?;
+        Ok((recalled, elapsed))
+    }
+}
+
+/// One `tools/call`: the structured result, or the tool error's text.
+/// Protocol failures are errors. (`Mcp::ok` would panic on a tool error,
+/// which a benchmark must report, not die of.)
+async fn call(
+    mcp: &Mcp,
+    tool: &'static str,
+    arguments: Value,
+) -> anyhow::Result<Result<Value, String>> {
+    let Value::Object(arguments) = arguments else {
+        bail!("{tool} arguments must be a JSON object");
+    };
+    let result = mcp
+        .client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .with_context(|| format!("tools/call {tool} failed at the protocol level"))?;
+    let text = || {
+        result
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default()
+    };
+    if result.is_error == Some(true) {
+        return Ok(Err(text()));
+    }
+    match &result.structured_content {
+        Some(value) => Ok(Ok(value.clone())),
+        None => Ok(Ok(serde_json::from_str(&text()).with_context(|| {
+            format!("{tool} returned neither structured content nor JSON text")
+        })?)),
+    }
+}
+
+/// Where and on what the benchmark ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Environment {
+    /// RFC 3339, UTC.
+    pub date: String,
+    pub commit: Option<String>,
+    /// Whether the working tree had uncommitted changes.
+    pub dirty: Option<bool>,
+    pub cpus: usize,
+    pub cpu_model: Option<String>,
+    pub release_build: bool,
+}
+
+impl Environment {
+    pub fn capture() -> Self {
+        // The commit of the source tree this binary was built from (the
+        // services under test are compiled into it).
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()
+                .filter(|out| out.status.success())
+                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        };
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|name| name.trim().to_owned())
+            });
+        Self {
+            date: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            commit: git(&["rev-parse", "HEAD"]),
+            dirty: git(&["status", "--porcelain"]).map(|out| !out.is_empty()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            release_build: !cfg!(debug_assertions),
+        }
+    }
+}
