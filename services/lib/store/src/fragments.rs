@@ -356,9 +356,17 @@ pub async fn vector_search(
     Ok(hits)
 }
 
+/// Relations the graph layer follows: the ones that say two memories are
+/// about the same thing. `temporal` (written around the same time) and
+/// `co_retrieved` (returned together) say nothing about relevance; following
+/// them pulled unrelated neighbours into the results (see
+/// docs/BENCHMARKS.md).
+const GRAPH_RELATIONS: &str = "'caused_by', 'resolved_by', 'related', 'part_of'";
+
 /// Fragments one link away from `seeds` that are themselves in scope,
-/// scored by link weight times how telling the relation is. Quarantined and
-/// deleted links do not count.
+/// scored by link weight times how telling the relation is, ties broken by
+/// how many seeds they touch, then by id (so a ranking is reproducible).
+/// Quarantined and deleted links do not count.
 pub async fn graph_neighbors(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
@@ -368,22 +376,33 @@ pub async fn graph_neighbors(
     let rows = tx
         .query(
             &format!(
-                "SELECT f.id, max(l.weight * CASE l.relation_type
-                            WHEN 'caused_by' THEN 1.5 WHEN 'resolved_by' THEN 1.5
-                            WHEN 'related' THEN 1.0 WHEN 'part_of' THEN 1.0
-                            WHEN 'temporal' THEN 0.7 WHEN 'co_retrieved' THEN 0.5
-                            ELSE 0.3 END)::real AS score
-                   FROM mneme.fragment_links l
-                   JOIN mneme.fragments f
-                     ON f.tenant_id = l.tenant_id
-                    AND f.id = CASE WHEN l.from_id = ANY($19) THEN l.to_id ELSE l.from_id END
-                  WHERE l.tenant_id = $1 AND l.deleted_at IS NULL
-                    AND l.quarantine_state IS DISTINCT FROM 'soft'
-                    AND (l.from_id = ANY($19) OR l.to_id = ANY($19))
-                    AND NOT (f.id = ANY($19))
-                    AND {SCOPE}
-                  GROUP BY f.id
-                  ORDER BY score DESC
+                // Links first (materialised), then their other ends by
+                // primary key; see `links::around` for why.
+                "WITH edges AS MATERIALIZED (
+                     SELECT l.to_id AS id, l.relation_type, l.weight
+                       FROM mneme.fragment_links l
+                      WHERE l.tenant_id = $1 AND l.from_id = ANY($19)
+                        AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
+                        AND l.relation_type IN ({GRAPH_RELATIONS})
+                     UNION ALL
+                     SELECT l.from_id, l.relation_type, l.weight
+                       FROM mneme.fragment_links l
+                      WHERE l.tenant_id = $1 AND l.to_id = ANY($19)
+                        AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
+                        AND l.relation_type IN ({GRAPH_RELATIONS})),
+                 scored AS (
+                     SELECT id, max(weight * CASE relation_type
+                                WHEN 'caused_by' THEN 1.5 WHEN 'resolved_by' THEN 1.5
+                                ELSE 1.0 END)::real AS score,
+                            count(*) AS links
+                       FROM edges
+                      WHERE NOT (id = ANY($19))
+                      GROUP BY id)
+                 SELECT f.id, s.score
+                   FROM scored s
+                   JOIN mneme.fragments f ON f.tenant_id = $1 AND f.id = s.id
+                  WHERE {SCOPE}
+                  ORDER BY s.score DESC, s.links DESC, f.id
                   LIMIT $20"
             ),
             &scope.params(&tx.tenant_id(), &[&seeds, &limit]),

@@ -141,20 +141,28 @@ pub async fn around(
 ) -> Result<Vec<LinkEnd>> {
     let rows = tx
         .query(
-            "SELECT anchor, other, relation_type, weight, outgoing FROM (
+            // The links are read first (materialised) and then joined to
+            // their readable ends by primary key: without this fence the
+            // planner, misled by a young tenant's missing statistics, may
+            // scan the tenant's links once per fragment of the key.
+            "WITH ends AS MATERIALIZED (
+                 SELECT l.from_id AS anchor, l.to_id AS other, l.relation_type, l.weight,
+                        l.created_at, true AS outgoing
+                   FROM mneme.fragment_links l
+                  WHERE l.tenant_id = $1 AND l.from_id = ANY($3) AND l.deleted_at IS NULL
+                    AND ($4::text[] IS NULL OR l.relation_type = ANY($4))
+                 UNION ALL
+                 SELECT l.to_id, l.from_id, l.relation_type, l.weight, l.created_at, false
+                   FROM mneme.fragment_links l
+                  WHERE l.tenant_id = $1 AND l.to_id = ANY($3) AND l.deleted_at IS NULL
+                    AND ($4::text[] IS NULL OR l.relation_type = ANY($4)))
+             SELECT anchor, other, relation_type, weight, outgoing FROM (
                  SELECT e.*, row_number() OVER (PARTITION BY e.anchor
-                                                ORDER BY e.weight DESC, e.created_at DESC) AS rank
-                   FROM (SELECT l.from_id AS anchor, l.to_id AS other, l.relation_type, l.weight,
-                                l.created_at, true AS outgoing
-                           FROM mneme.fragment_links l
-                          WHERE l.tenant_id = $1 AND l.from_id = ANY($3) AND l.deleted_at IS NULL
-                         UNION ALL
-                         SELECT l.to_id, l.from_id, l.relation_type, l.weight, l.created_at, false
-                           FROM mneme.fragment_links l
-                          WHERE l.tenant_id = $1 AND l.to_id = ANY($3) AND l.deleted_at IS NULL) e
+                                                ORDER BY e.weight DESC, e.created_at DESC,
+                                                         e.other) AS rank
+                   FROM ends e
                    JOIN mneme.fragments other ON other.tenant_id = $1 AND other.id = e.other
-                  WHERE other.key_id = ANY($2)
-                    AND ($4::text[] IS NULL OR e.relation_type = ANY($4))) ranked
+                  WHERE other.key_id = ANY($2)) ranked
              WHERE rank <= $5",
             &[&tx.tenant_id(), &key_ids, &ids, &relation_types, &per_id],
         )
