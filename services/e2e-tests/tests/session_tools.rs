@@ -204,3 +204,136 @@ async fn a_session_starts_with_context_ends_with_reflect_and_gives_feedback() {
     assert!(unknown.contains("invalid_argument"), "{unknown}");
     stack.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn prompts_and_resources_show_only_the_callers_memory() {
+    use rmcp::ServiceError;
+    use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
+
+    let stack = Stack::start("hash", &[]).await;
+    let store = stack.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let rival = create_tenant(&store, "rival", ALL_PERMISSIONS).await;
+    let writer = create_tenant(&store, "writer", &[mneme_core::Permission::Write]).await;
+    let mcp = stack.mcp(&acme.api_key).await;
+    for (content, topic) in [
+        ("The billing service runs on Postgres 16.", "billing"),
+        (
+            "Billing invoices are sent on the first of the month.",
+            "billing",
+        ),
+        ("The search cluster has three nodes.", "search"),
+    ] {
+        mcp.ok(
+            "remember",
+            json!({"content": content, "topic": topic, "type": "fact"}),
+        )
+        .await;
+    }
+    mcp.ok(
+        "remember",
+        json!({"content": "Investigating the invoice duplication bug now.",
+               "topic": "billing", "type": "fact", "scope": "session"}),
+    )
+    .await;
+
+    let prompts = mcp.client.list_all_prompts().await.unwrap();
+    let names: Vec<&str> = prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["analyze-session", "retrieve-relevant-memory", "onboarding"]
+    );
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("topic".into(), json!("invoice emails"));
+    let prompt = mcp
+        .client
+        .get_prompt(
+            GetPromptRequestParams::new("retrieve-relevant-memory").with_arguments(arguments),
+        )
+        .await
+        .unwrap();
+    let text = serde_json::to_value(&prompt.messages[0].content).unwrap();
+    assert!(text.to_string().contains("invoice emails"), "{text}");
+    let missing = mcp
+        .client
+        .get_prompt(GetPromptRequestParams::new("retrieve-relevant-memory"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&missing, ServiceError::McpError(e) if e.code.0 == -32602),
+        "{missing:?}"
+    );
+
+    let read = |uri: &'static str| {
+        let client = &mcp.client;
+        async move {
+            let result = client
+                .read_resource(ReadResourceRequestParams::new(uri))
+                .await
+                .unwrap();
+            let text = serde_json::to_value(&result.contents[0]).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            serde_json::from_str::<Value>(&text).unwrap()
+        }
+    };
+    let resources = mcp.client.list_all_resources().await.unwrap();
+    assert_eq!(resources.len(), 4);
+    assert_eq!(read("memory://stats").await["total"], 3);
+    let topics = read("memory://topics").await;
+    assert_eq!(topics["topics"], 2);
+    assert_eq!(topics["largest"][0]["topic"], "billing");
+    assert_eq!(topics["largest"][0]["count"], 2);
+    let config = read("memory://config").await;
+    assert_eq!(config["limits"]["maxContentChars"], 300);
+    assert_eq!(config["permissions"], json!(["read", "write"]));
+    let session = read("memory://active-session").await;
+    assert_eq!(
+        session["working"][0]["content"],
+        "Investigating the invoice duplication bug now."
+    );
+    let unknown = mcp
+        .client
+        .read_resource(ReadResourceRequestParams::new("memory://secrets"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&unknown, ServiceError::McpError(e) if e.code.0 == -32002),
+        "{unknown:?}"
+    );
+
+    // Another tenant sees its own (empty) memory; a write-only key none.
+    let rival_mcp = stack.mcp(&rival.api_key).await;
+    let theirs = rival_mcp
+        .client
+        .read_resource(ReadResourceRequestParams::new("memory://stats"))
+        .await
+        .unwrap();
+    let theirs: Value = serde_json::from_str(
+        serde_json::to_value(&theirs.contents[0]).unwrap()["text"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(theirs["total"], 0);
+    let writer_mcp = stack.mcp(&writer.api_key).await;
+    assert!(
+        writer_mcp
+            .client
+            .list_all_resources()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let denied = writer_mcp
+        .client
+        .read_resource(ReadResourceRequestParams::new("memory://stats"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&denied, ServiceError::McpError(e) if e.data.as_ref().is_some_and(|d| d["code"] == "permission_denied")),
+        "{denied:?}"
+    );
+    stack.shutdown().await.unwrap();
+}

@@ -10,6 +10,7 @@
 //! - `auth`: bearer-credential middleware → [`mneme_core::Principal`].
 //! - `tools`: the tool registry (schemas, permissions, handlers).
 //! - `mcp`: the MCP server over the registry.
+//! - `catalog`: MCP prompts and resources.
 //! - `rest`: `POST /v1/tools/{name}` and `/openapi.json` over the registry.
 //! - `backends`: gRPC clients of the backend services.
 //! - `health`: `/health` (liveness) and `/ready` (dependencies).
@@ -21,6 +22,7 @@
 
 mod auth;
 mod backends;
+mod catalog;
 mod error;
 mod health;
 mod mcp;
@@ -56,15 +58,17 @@ pub struct App {
     backends: Backends,
     /// The gateway's public base URL, for links in responses and documents.
     public_url: String,
+    limits: catalog::PublicLimits,
 }
 
 impl App {
-    pub fn new(store: Store, backends: Backends, config: &mneme_config::GatewayConfig) -> Self {
+    pub fn new(store: Store, backends: Backends, config: &Config) -> Self {
         Self {
-            keys: auth::KeyResolver::new(store.clone(), config.auth_cache),
+            keys: auth::KeyResolver::new(store.clone(), config.gateway.auth_cache),
             store,
             backends,
-            public_url: config.public_url.clone(),
+            public_url: config.gateway.public_url.clone(),
+            limits: catalog::PublicLimits::from_config(config),
         }
     }
 }
@@ -78,7 +82,10 @@ pub fn router(
     shutdown: CancellationToken,
 ) -> Router {
     let authenticated = Router::new()
-        .nest_service("/mcp", mcp::service(app.backends.clone(), config, shutdown))
+        .nest_service(
+            "/mcp",
+            mcp::service(app.backends.clone(), app.limits.clone(), config, shutdown),
+        )
         .merge(rest::routes())
         .layer(middleware::from_fn_with_state(
             app.clone(),
@@ -139,7 +146,7 @@ pub async fn run(
         PrincipalSigner::new(token.expose()),
         config.gateway.backend_timeout,
     )?;
-    let app = App::new(store, backends, &config.gateway);
+    let app = App::new(store, backends, &config);
     serve(app, &config, listener, shutdown).await
 }
 

@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use mneme_core::{Error, Principal};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -24,6 +25,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
+use crate::catalog::{self, PublicLimits};
 use crate::tools::{ProgressSink, REGISTRY, ToolContext};
 
 /// Instructions sent in `initialize`: how an agent should use the tools.
@@ -37,6 +39,7 @@ concrete names and numbers). Call `forget` for memories that are wrong or obsole
 pub(crate) struct McpServer {
     backends: Backends,
     public_url: Arc<str>,
+    limits: PublicLimits,
 }
 
 /// The principal the auth middleware stored on the HTTP request.
@@ -78,6 +81,17 @@ impl ProgressSink for McpProgress {
     }
 }
 
+/// An error answering a request other than `tools/call`.
+fn request_error(error: Error) -> ErrorData {
+    let Error { code, message } = error;
+    let data = json!({"code": code.as_str(), "message": message});
+    ErrorData::new(
+        rmcp::model::ErrorCode(code.jsonrpc_request_code()),
+        message,
+        Some(data),
+    )
+}
+
 /// A tool error as MCP reports it: a tool result for argument and domain
 /// errors, a JSON-RPC error for protocol faults.
 pub(crate) fn tool_error(error: Error) -> Result<CallToolResponse, ErrorData> {
@@ -93,9 +107,29 @@ pub(crate) fn tool_error(error: Error) -> Result<CallToolResponse, ErrorData> {
     }
 }
 
+impl McpServer {
+    fn tool_context(
+        &self,
+        principal: Principal,
+        progress: Option<Arc<dyn ProgressSink>>,
+    ) -> ToolContext {
+        ToolContext {
+            backends: self.backends.clone(),
+            principal,
+            progress,
+            public_url: self.public_url.clone(),
+        }
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(
                 Implementation::new("mneme", env!("CARGO_PKG_VERSION"))
                     .with_title("mneme long-term memory"),
@@ -115,6 +149,51 @@ impl ServerHandler for McpServer {
                 .map(|tool| tool.to_mcp())
                 .collect(),
         ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(catalog::prompts()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        catalog::prompt(&request.name, &request.arguments)
+            .map(Into::into)
+            .map_err(request_error)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let principal = principal(&context)?;
+        Ok(ListResourcesResult::with_all_items(catalog::resources(
+            &principal,
+        )))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let principal = principal(&context)?;
+        catalog::read(
+            &request.uri,
+            self.tool_context(principal, None),
+            &self.limits,
+        )
+        .await
+        .map(Into::into)
+        .map_err(request_error)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -139,12 +218,7 @@ impl ServerHandler for McpServer {
                 token,
             }) as Arc<dyn ProgressSink>
         });
-        let tool_context = ToolContext {
-            backends: self.backends.clone(),
-            principal,
-            progress,
-            public_url: self.public_url.clone(),
-        };
+        let tool_context = self.tool_context(principal, progress);
         match REGISTRY
             .call(
                 &request.name,
@@ -162,6 +236,7 @@ impl ServerHandler for McpServer {
 /// The Streamable HTTP service mounted at `/mcp`.
 pub(crate) fn service(
     backends: Backends,
+    limits: PublicLimits,
     config: &mneme_config::GatewayConfig,
     shutdown: CancellationToken,
 ) -> StreamableHttpService<McpServer, LocalSessionManager> {
@@ -181,6 +256,7 @@ pub(crate) fn service(
             Ok(McpServer {
                 backends: backends.clone(),
                 public_url: public_url.clone(),
+                limits: limits.clone(),
             })
         },
         Arc::new(LocalSessionManager::default()),

@@ -266,15 +266,22 @@ impl RecallServer {
             weight,
             ids: hits.iter().map(|h| h.id).collect(),
         };
+        let weights = &self.settings;
         if let Some(hits) = &vector {
             similarity.extend(hits.iter().map(|h| (h.id, h.score)));
-            lists.push(ranked(Layer::Vector, 1.0, hits));
+            if weights.vector_weight > 0.0 {
+                lists.push(ranked(Layer::Vector, weights.vector_weight, hits));
+            }
         }
-        if let Some(hits) = &fulltext {
-            lists.push(ranked(Layer::FullText, 1.0, hits));
+        if let Some(hits) = &fulltext
+            && weights.fulltext_weight > 0.0
+        {
+            lists.push(ranked(Layer::FullText, weights.fulltext_weight, hits));
         }
-        if let Some(hits) = &keyword {
-            lists.push(ranked(Layer::Keyword, 1.0, hits));
+        if let Some(hits) = &keyword
+            && weights.keyword_weight > 0.0
+        {
+            lists.push(ranked(Layer::Keyword, weights.keyword_weight, hits));
         }
         if self.settings.graph_weight > 0.0 && !lists.is_empty() {
             let mut seeds: Vec<Uuid> = Vec::new();

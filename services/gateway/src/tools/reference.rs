@@ -36,7 +36,14 @@ fn section(out: &mut String, tool: &ToolSpec) {
         }
         .into(),
     );
-    traits.push(if tool.idempotent { "idempotent" } else { "not idempotent" }.into());
+    traits.push(
+        if tool.idempotent {
+            "idempotent"
+        } else {
+            "not idempotent"
+        }
+        .into(),
+    );
     traits.push(format!("risk `{}`", tool.risk.as_str()));
     let _ = writeln!(out, "*{}.*\n", traits.join(", "));
     fields(out, "Argument", &tool.input_schema, true);
@@ -166,7 +173,11 @@ fn enum_values(schema: &Value) -> Option<Vec<String>> {
 fn describe(property: &Value, root: &JsonObject) -> String {
     let own = property.get("description").and_then(Value::as_str);
     let text = own
-        .or_else(|| resolve(property, root).get("description").and_then(Value::as_str))
+        .or_else(|| {
+            resolve(property, root)
+                .get("description")
+                .and_then(Value::as_str)
+        })
         .unwrap_or("");
     text.split_whitespace()
         .collect::<Vec<_>>()
@@ -180,11 +191,9 @@ mod tests {
 
     #[test]
     fn docs_tools_md_is_generated_from_the_registry() {
-        let docs = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docs/TOOLS.md"
-        ))
-        .expect("docs/TOOLS.md exists");
+        let docs =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/TOOLS.md"))
+                .expect("docs/TOOLS.md exists");
         assert!(
             docs.contains(&tools_markdown()),
             "docs/TOOLS.md is out of date: regenerate its reference with `mneme tools docs`"

@@ -229,6 +229,9 @@ pub struct RecallConfig {
     pub default_token_budget: usize,
     pub hnsw_ef_search: usize,
     pub query_embedding_cache: Duration,
+    pub vector_weight: f64,
+    pub fulltext_weight: f64,
+    pub keyword_weight: f64,
     pub graph_weight: f64,
     pub graph_seeds: usize,
     pub track_access: bool,
@@ -456,11 +459,24 @@ impl Config {
             query_embedding_cache: Duration::from_secs(
                 r.value(settings::QUERY_EMBEDDING_CACHE_SECS),
             ),
+            vector_weight: r.value(settings::RECALL_VECTOR_WEIGHT),
+            fulltext_weight: r.value(settings::RECALL_FULLTEXT_WEIGHT),
+            keyword_weight: r.value(settings::RECALL_KEYWORD_WEIGHT),
             graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
             track_access: r.flag(settings::RECALL_TRACK_ACCESS),
             co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
         };
+        for (setting, weight) in [
+            (settings::RECALL_VECTOR_WEIGHT, recall.vector_weight),
+            (settings::RECALL_FULLTEXT_WEIGHT, recall.fulltext_weight),
+            (settings::RECALL_KEYWORD_WEIGHT, recall.keyword_weight),
+            (settings::RECALL_GRAPH_WEIGHT, recall.graph_weight),
+        ] {
+            if !(weight >= 0.0 && weight.is_finite()) {
+                r.problem(format!("{} must be a number of at least 0", setting.name));
+            }
+        }
         if recall.default_limit > recall.max_limit {
             r.problem(format!(
                 "{} must not exceed {}",

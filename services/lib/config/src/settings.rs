@@ -94,6 +94,12 @@ settings! {
             "Largest `limit` a `recall` request may ask for.";
         RECALL_DEFAULT_TOKEN_BUDGET = "MNEME_RECALL_DEFAULT_TOKEN_BUDGET", Some("2000"),
             "Estimated tokens of content `recall` returns at most when the request gives no budget.";
+        RECALL_VECTOR_WEIGHT = "MNEME_RECALL_VECTOR_WEIGHT", Some("1.0"),
+            "Weight of the vector (semantic) layer in the fusion; 0 turns the layer off.";
+        RECALL_FULLTEXT_WEIGHT = "MNEME_RECALL_FULLTEXT_WEIGHT", Some("1.0"),
+            "Weight of the full-text layer in the fusion; 0 turns the layer off.";
+        RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),
+            "Weight of the keyword layer (exact matches of stored keywords) in the fusion; 0 turns the layer off.";
         RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0.5"),
             "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off. Lower than the direct layers: a neighbour of a match is supporting evidence, not a match.";
         RECALL_GRAPH_SEEDS = "MNEME_RECALL_GRAPH_SEEDS", Some("10"),

@@ -139,6 +139,19 @@ impl ErrorCode {
         }
     }
 
+    /// The JSON-RPC code of this error when it answers a request other than
+    /// `tools/call` (`prompts/get`, `resources/read`), where there is no
+    /// tool result to carry it. The mneme code always travels in `data`.
+    pub const fn jsonrpc_request_code(self) -> i32 {
+        match self {
+            ErrorCode::InvalidArgument => -32602,
+            // MCP's "resource not found".
+            ErrorCode::NotFound => -32002,
+            ErrorCode::Unauthenticated => -32001,
+            _ => -32603,
+        }
+    }
+
     /// True when the same request may succeed if simply retried.
     pub const fn is_retryable(self) -> bool {
         matches!(
