@@ -109,6 +109,7 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Up => {
             let listeners = up::Listeners::bind(&config).await?;
+            mneme_telemetry::metrics::spawn_exporter(config.metrics_addr);
             eprintln!(
                 "mneme is starting; MCP endpoint: {}",
                 config.gateway.mcp_url()

@@ -6,5 +6,6 @@ use mneme_config::{Config, ProcessEnv};
 async fn main() -> anyhow::Result<()> {
     let config = Config::from_env(&ProcessEnv)?;
     mneme_telemetry::init(&config.log);
+    mneme_telemetry::metrics::spawn_exporter(config.metrics_addr);
     mneme_consolidator::run(config, mneme_telemetry::shutdown_signal()).await
 }

@@ -18,8 +18,10 @@
 //! 3. the graph layer adds fragments one link away from the best hits;
 //! 4. Reciprocal Rank Fusion merges the layers by id;
 //! 5. the final score blends fused relevance with importance and recency;
-//! 6. a page is cut by limit and token budget, then enriched;
-//! 7. a search event records what happened.
+//! 6. an optional external cross-encoder (`rerank`) reorders the best
+//!    results, and its order is final;
+//! 7. a page is cut by limit and token budget, then enriched;
+//! 8. a search event records what happened.
 //!
 //! Every failure of an optional part (Redis, the embedder) degrades the
 //! result instead of failing it: without a query vector, recall still
@@ -32,6 +34,7 @@ mod enrich;
 mod explore;
 mod query;
 mod rank;
+mod rerank;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -64,6 +67,7 @@ use uuid::Uuid;
 
 use crate::query::Query;
 use crate::rank::Candidate;
+use crate::rerank::Reranker;
 
 /// How much one co-retrieval strengthens a link.
 const CO_RETRIEVAL_STEP: f32 = 0.2;
@@ -77,6 +81,7 @@ pub struct RecallServer {
     cache: Cache,
     embedder: Arc<dyn Embedder>,
     tokenizer: Arc<Tokenizer>,
+    reranker: Option<Arc<Reranker>>,
     settings: Arc<RecallConfig>,
 }
 
@@ -95,11 +100,18 @@ impl RecallServer {
         embedder: Arc<dyn Embedder>,
         settings: RecallConfig,
     ) -> Self {
+        let reranker = settings.reranker.clone().and_then(|reranker| {
+            Reranker::new(reranker)
+                .inspect_err(|error| tracing::error!(%error, "cannot build the reranker client; recalling without it"))
+                .ok()
+                .map(Arc::new)
+        });
         Self {
             store,
             cache,
             embedder,
             tokenizer: Arc::new(Tokenizer::default()),
+            reranker,
             settings: Arc::new(settings),
         }
     }
@@ -158,13 +170,16 @@ impl RecallServer {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         let found = self.search(&tx, &query).await?;
-        let ranked = rank::rank(
+        let mut ranked = rank::rank(
             found.rows,
             &found.candidates,
             &self.settings.weights,
             query.threshold,
             now,
         );
+        if let (Some(reranker), Some(text)) = (&self.reranker, &query.text) {
+            ranked = reranker.rerank(text, ranked).await;
+        }
         let mut page = rank::page(ranked, query.offset, query.limit, query.token_budget);
         let cases = enrich::enrich(&tx, &query, &mut page.fragments).await?;
         let count = |layer| {

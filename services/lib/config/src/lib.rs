@@ -179,6 +179,11 @@ pub struct Config {
     pub remember: RememberConfig,
     pub embedding: EmbeddingConfig,
     pub log: LogConfig,
+    /// Where `/metrics` is served; `None` serves none.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The symbolic layer; `recall.symbolic` and `remember.symbolic` are
+    /// copies, so each service reads only its own section.
+    pub symbolic: SymbolicConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -236,6 +241,22 @@ pub struct RecallConfig {
     pub graph_seeds: usize,
     pub track_access: bool,
     pub co_retrieval_links: bool,
+    /// Explanations and the case filter of the symbolic layer.
+    pub symbolic: SymbolicConfig,
+    /// `None`: no reranking.
+    pub reranker: Option<RerankerConfig>,
+}
+
+/// The optional external cross-encoder.
+#[derive(Debug, Clone)]
+pub struct RerankerConfig {
+    pub url: String,
+    pub api_key: Option<Secret>,
+    pub candidates: usize,
+    pub keep: usize,
+    pub timeout: Duration,
+    pub max_failures: u32,
+    pub cooldown: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -255,6 +276,78 @@ pub struct RememberConfig {
     pub working_memory_ttl: Duration,
     pub link_reconsolidation: bool,
     pub link_decay_interval: Duration,
+    /// Claims, polarity conflicts and policy rules of the symbolic layer.
+    pub symbolic: SymbolicConfig,
+}
+
+/// The symbolic layer (`MNEME_SYMBOLIC_*`). Every feature is off unless the
+/// master switch and its own flag are on; the accessors combine the two.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SymbolicConfig {
+    pub enabled: bool,
+    pub claim_extraction: bool,
+    pub polarity_conflict: bool,
+    pub policy_rules: bool,
+    pub explain: bool,
+    pub cbr_filter: bool,
+    pub rule_version: String,
+    /// Deadline of the claim step of one remember.
+    pub timeout: Duration,
+    pub max_candidates: usize,
+}
+
+impl SymbolicConfig {
+    /// The rule versions this build implements.
+    pub const RULE_VERSIONS: &[&str] = &["v1"];
+
+    /// Claims are extracted and stored on remember.
+    pub fn stores_claims(&self) -> bool {
+        self.enabled && self.claim_extraction
+    }
+
+    /// New claims are compared with stored ones on remember.
+    pub fn detects_conflicts(&self) -> bool {
+        self.enabled && self.polarity_conflict
+    }
+
+    /// Writes are checked against the policy rules.
+    pub fn checks_policy(&self) -> bool {
+        self.enabled && self.policy_rules
+    }
+
+    /// Recall adds the symbolic reason codes.
+    pub fn explains(&self) -> bool {
+        self.enabled && self.explain
+    }
+
+    /// Case recalls keep only eligible cases.
+    pub fn filters_cases(&self) -> bool {
+        self.enabled && self.cbr_filter
+    }
+}
+
+/// Reads and validates the `Symbolic layer` section.
+fn symbolic_config(r: &mut Reader<'_>) -> SymbolicConfig {
+    let config = SymbolicConfig {
+        enabled: r.flag(settings::SYMBOLIC_ENABLED),
+        claim_extraction: r.flag(settings::SYMBOLIC_CLAIM_EXTRACTION),
+        polarity_conflict: r.flag(settings::SYMBOLIC_POLARITY_CONFLICT),
+        policy_rules: r.flag(settings::SYMBOLIC_POLICY_RULES),
+        explain: r.flag(settings::SYMBOLIC_EXPLAIN),
+        cbr_filter: r.flag(settings::SYMBOLIC_CBR_FILTER),
+        rule_version: r.raw(settings::SYMBOLIC_RULE_VERSION).unwrap_or_default(),
+        timeout: Duration::from_millis(r.positive(settings::SYMBOLIC_TIMEOUT_MS) as u64),
+        max_candidates: r.positive(settings::SYMBOLIC_MAX_CANDIDATES),
+    };
+    if !SymbolicConfig::RULE_VERSIONS.contains(&config.rule_version.as_str()) {
+        r.problem(format!(
+            "{}={:?}: expected one of {}",
+            settings::SYMBOLIC_RULE_VERSION.name,
+            config.rule_version,
+            SymbolicConfig::RULE_VERSIONS.join(", ")
+        ));
+    }
+    config
 }
 
 /// Which embedding provider to use.
@@ -292,6 +385,12 @@ pub struct EmbeddingConfig {
     pub openai: OpenAiConfig,
     pub worker_batch_size: usize,
     pub worker_sweep_interval: Duration,
+    /// Deadline of one embedding call.
+    pub call_timeout: Duration,
+    /// Embedding calls in flight per process.
+    pub concurrency: usize,
+    /// Longest wait for a free embedding slot.
+    pub queue_wait: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -435,6 +534,8 @@ impl Config {
             ));
         }
 
+        let symbolic = symbolic_config(&mut r);
+
         let weights = ScoreWeights {
             relevance: r.value(settings::RECALL_WEIGHT_RELEVANCE),
             importance: r.value(settings::RECALL_WEIGHT_IMPORTANCE),
@@ -466,6 +567,25 @@ impl Config {
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
             track_access: r.flag(settings::RECALL_TRACK_ACCESS),
             co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
+            symbolic: symbolic.clone(),
+            reranker: None,
+        };
+        let reranker = RerankerConfig {
+            url: String::new(),
+            api_key: r.raw(settings::RERANKER_API_KEY).map(Secret::new),
+            candidates: r.positive(settings::RERANKER_CANDIDATES),
+            keep: r.positive(settings::RERANKER_KEEP),
+            timeout: Duration::from_millis(r.positive(settings::RERANKER_TIMEOUT_MS) as u64),
+            max_failures: u32::try_from(r.positive(settings::RERANKER_MAX_FAILURES))
+                .unwrap_or(u32::MAX),
+            cooldown: Duration::from_secs(r.value(settings::RERANKER_COOLDOWN_SECS)),
+        };
+        let recall = RecallConfig {
+            reranker: r.raw(settings::RERANKER_URL).map(|raw| RerankerConfig {
+                url: parse_base_url(&mut r, settings::RERANKER_URL, raw),
+                ..reranker
+            }),
+            ..recall
         };
         for (setting, weight) in [
             (settings::RECALL_VECTOR_WEIGHT, recall.vector_weight),
@@ -508,6 +628,7 @@ impl Config {
             working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),
             link_reconsolidation: r.flag(settings::LINK_RECONSOLIDATION),
             link_decay_interval: Duration::from_secs(r.value(settings::LINK_DECAY_INTERVAL_SECS)),
+            symbolic: symbolic.clone(),
         };
         if !(0.0..=1.0).contains(&remember.quota_exact_ratio) {
             r.problem(format!(
@@ -539,12 +660,16 @@ impl Config {
             worker_sweep_interval: Duration::from_secs(
                 r.positive(settings::EMBED_SWEEP_SECS) as u64
             ),
+            call_timeout: Duration::from_millis(r.positive(settings::EMBED_TIMEOUT_MS) as u64),
+            concurrency: r.positive(settings::EMBED_CONCURRENCY),
+            queue_wait: r.millis(settings::EMBED_QUEUE_WAIT_MS),
         };
 
         let log = LogConfig {
             filter: r.raw(settings::LOG).unwrap_or_default(),
             format: r.value(settings::LOG_FORMAT),
         };
+        let metrics_addr = r.optional(settings::METRICS_ADDR);
 
         if r.problems.is_empty() {
             Ok(Config {
@@ -556,6 +681,8 @@ impl Config {
                 remember,
                 embedding,
                 log,
+                metrics_addr,
+                symbolic,
             })
         } else {
             Err(ConfigError {
@@ -678,6 +805,39 @@ mod tests {
         )]))
         .unwrap();
         assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn the_symbolic_layer_is_off_by_default_and_needs_its_master_switch() {
+        let defaults = Config::defaults().symbolic;
+        assert!(!defaults.enabled);
+        assert!(!defaults.stores_claims() && !defaults.checks_policy());
+        assert_eq!(defaults.rule_version, "v1");
+        assert_eq!(defaults.timeout, Duration::from_millis(50));
+        assert_eq!(defaults.max_candidates, 32);
+
+        let without_master =
+            Config::from_env(&env(&[("MNEME_SYMBOLIC_CLAIM_EXTRACTION", "true")])).unwrap();
+        assert!(!without_master.symbolic.stores_claims());
+        let on = Config::from_env(&env(&[
+            ("MNEME_SYMBOLIC_ENABLED", "true"),
+            ("MNEME_SYMBOLIC_CLAIM_EXTRACTION", "true"),
+            ("MNEME_SYMBOLIC_CBR_FILTER", "on"),
+        ]))
+        .unwrap();
+        assert!(on.symbolic.stores_claims() && on.symbolic.filters_cases());
+        assert!(!on.symbolic.detects_conflicts());
+        assert_eq!(on.remember.symbolic, on.symbolic);
+        assert_eq!(on.recall.symbolic, on.symbolic);
+
+        let err = Config::from_env(&env(&[
+            ("MNEME_SYMBOLIC_ENABLED", "maybe"),
+            ("MNEME_SYMBOLIC_RULE_VERSION", "v9"),
+            ("MNEME_SYMBOLIC_TIMEOUT_MS", "0"),
+            ("MNEME_SYMBOLIC_MAX_CANDIDATES", "-1"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 4, "{err}");
     }
 
     #[test]

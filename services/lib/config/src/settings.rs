@@ -112,6 +112,20 @@ settings! {
             "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
         QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),
             "How long query embeddings are cached in Redis (0 disables the cache).";
+        RERANKER_URL = "MNEME_RERANKER_URL", None,
+            "Base URL of an external cross-encoder reranker with the text-embeddings-inference `/rerank` API (`POST {url}/rerank`, answering `[{index, score}]` or `{scores: [...]}`). Unset: no reranking (the default; on the bilingual benchmark an English-only cross-encoder lowered Korean recall). Set by the operator, never by a tenant.";
+        RERANKER_API_KEY = "MNEME_RERANKER_API_KEY", None,
+            "Bearer token for the reranker, if it needs one. Never logged.";
+        RERANKER_CANDIDATES = "MNEME_RERANKER_CANDIDATES", Some("30"),
+            "How many of the best fused results are sent to the reranker.";
+        RERANKER_KEEP = "MNEME_RERANKER_KEEP", Some("15"),
+            "How many reranked results recall keeps, in the reranker's order (results beyond them are dropped: the reranker's judgement is final).";
+        RERANKER_TIMEOUT_MS = "MNEME_RERANKER_TIMEOUT_MS", Some("2000"),
+            "Deadline of one reranker request, in milliseconds; a late answer counts as a failure and recall keeps the fused order.";
+        RERANKER_MAX_FAILURES = "MNEME_RERANKER_MAX_FAILURES", Some("3"),
+            "Consecutive reranker failures after which recall stops calling it for `MNEME_RERANKER_COOLDOWN_SECS`.";
+        RERANKER_COOLDOWN_SECS = "MNEME_RERANKER_COOLDOWN_SECS", Some("60"),
+            "How long recall skips a failing reranker (returning the fused order) before it tries one request again.";
     }
     "Remember" {
         REMEMBER_GRPC_ADDR = "MNEME_REMEMBER_GRPC_ADDR", Some("127.0.0.1:50052"),
@@ -172,11 +186,41 @@ settings! {
             "Fragments the embedding worker embeds per transaction.";
         EMBED_SWEEP_SECS = "MNEME_EMBED_SWEEP_SECS", Some("10"),
             "Seconds between the embedding worker's sweeps over all tenants; new fragments are normally picked up at once through a Redis wake-up.";
+        EMBED_TIMEOUT_MS = "MNEME_EMBED_TIMEOUT_MS", Some("8000"),
+            "Deadline of one embedding call (any provider), in milliseconds. A query whose embedding misses it is answered by the lexical layers; a stored fragment stays queued and is retried.";
+        EMBED_CONCURRENCY = "MNEME_EMBED_CONCURRENCY", Some("6"),
+            "Embedding calls one process runs at once; further calls wait in line (first come, first served), so a slow provider cannot pile up work across the whole process.";
+        EMBED_QUEUE_WAIT_MS = "MNEME_EMBED_QUEUE_WAIT_MS", Some("3000"),
+            "How long a call waits for one of the `MNEME_EMBED_CONCURRENCY` slots before it gives up as unavailable, in milliseconds.";
+    }
+    "Metrics" {
+        METRICS_ADDR = "MNEME_METRICS_ADDR", None,
+            "Address on which the process serves Prometheus metrics at `/metrics` (e.g. `0.0.0.0:9464`). Unset: no metrics listener. Keep it off the public network.";
     }
     "Logging" {
         LOG = "MNEME_LOG", Some("info"),
             "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`).";
         LOG_FORMAT = "MNEME_LOG_FORMAT", Some("text"),
             "`text` for humans or `json` for log pipelines.";
+    }
+    "Symbolic layer" {
+        SYMBOLIC_ENABLED = "MNEME_SYMBOLIC_ENABLED", Some("false"),
+            "Master switch of the symbolic layer (claims, polarity conflicts, policy rules, explanations, case filter). Off, none of the `MNEME_SYMBOLIC_*` features below runs, whatever their own setting.";
+        SYMBOLIC_CLAIM_EXTRACTION = "MNEME_SYMBOLIC_CLAIM_EXTRACTION", Some("false"),
+            "Extract claims (subject, predicate, object, positive/negative/uncertain) from each remembered fragment by rules (English and Korean) and store them in `fragment_claims`.";
+        SYMBOLIC_POLARITY_CONFLICT = "MNEME_SYMBOLIC_POLARITY_CONFLICT", Some("false"),
+            "`remember` compares the new fragment's claims with stored claims of fragments the key can read; the same subject, predicate and object with the opposite polarity is reported as a conflict and a warning (read-only; nothing is changed).";
+        SYMBOLIC_POLICY_RULES = "MNEME_SYMBOLIC_POLICY_RULES", Some("false"),
+            "Check writes against the policy rules (a decision says why, an error names a cause or fix, a procedure lists steps, a case fragment has a resolution status). Soft gate: violations become warnings. Keys with `api_keys.symbolic_hard_gate = true` (set with SQL) get a hard gate: such writes are refused with `invalid_argument`.";
+        SYMBOLIC_EXPLAIN = "MNEME_SYMBOLIC_EXPLAIN", Some("false"),
+            "Add the symbolic reason codes to recall's `explanations`: `temporal_proximity` (time-range match), `case_cohort_member` (the fragment belongs to the case asked about), `recent_activity_ema` (activation of at least 0.5).";
+        SYMBOLIC_CBR_FILTER = "MNEME_SYMBOLIC_CBR_FILTER", Some("false"),
+            "Case-based reasoning filter: a recall in case mode or for a `caseId` returns only fragments eligible as cases (readable key, a case id, not superseded, resolution status resolved or unset).";
+        SYMBOLIC_RULE_VERSION = "MNEME_SYMBOLIC_RULE_VERSION", Some("v1"),
+            "Version of the claim and policy rules, recorded with every stored claim. Only `v1` exists.";
+        SYMBOLIC_TIMEOUT_MS = "MNEME_SYMBOLIC_TIMEOUT_MS", Some("50"),
+            "Deadline of the claim step of one `remember` (extraction, storage, conflict lookup), in milliseconds. A late or failed step is skipped with a warning; the memory is stored regardless.";
+        SYMBOLIC_MAX_CANDIDATES = "MNEME_SYMBOLIC_MAX_CANDIDATES", Some("32"),
+            "Most conflicting stored claims one `remember` examines.";
     }
 }

@@ -7,9 +7,12 @@
 //! - [`minilm`] (feature `minilm`): all-MiniLM-L6-v2 through candle.
 //! - [`openai`]: any OpenAI-compatible `/v1/embeddings` endpoint.
 //! - [`hash`]: deterministic feature hashing, for fast tests only.
-//! - [`from_config`]: picks and loads the configured provider.
+//! - [`guard`]: per-call deadline, process-wide concurrency limit and
+//!   metrics around whichever provider is loaded.
+//! - [`from_config`]: picks and loads the configured provider, guarded.
 
 pub mod e5;
+pub mod guard;
 pub mod hash;
 #[cfg(feature = "minilm")]
 pub mod minilm;
@@ -61,7 +64,8 @@ fn looks_installed(dir: &Path, file: &str) -> bool {
     dir.join(file).is_file()
 }
 
-/// Loads the configured provider and checks its dimension.
+/// Loads the configured provider, checks its dimension and wraps it in the
+/// [`guard`] limits.
 pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
     let embedder: Arc<dyn Embedder> = match config.provider {
         EmbedderKind::E5 => Arc::new(e5::E5Embedder::load(&config.e5_dir)?),
@@ -105,7 +109,14 @@ pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>
         dim = embedder.dimension(),
         "embedder ready"
     );
-    Ok(embedder)
+    Ok(Arc::new(guard::Guarded::new(
+        embedder,
+        guard::GuardLimits {
+            call_timeout: config.call_timeout,
+            concurrency: config.concurrency,
+            queue_wait: config.queue_wait,
+        },
+    )))
 }
 
 #[cfg(feature = "minilm")]

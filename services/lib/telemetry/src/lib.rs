@@ -1,10 +1,17 @@
-//! Logging and process lifecycle for every mneme binary. Logging: `tracing` with an env-style filter, as
-//! human-readable text or JSON lines (`MNEME_LOG`, `MNEME_LOG_FORMAT`).
+//! Logging, metrics and process lifecycle for every mneme binary.
+//!
+//! - Logging ([`init`]): `tracing` with an env-style filter, as
+//!   human-readable text or JSON lines (`MNEME_LOG`, `MNEME_LOG_FORMAT`).
+//! - [`metrics`]: the process-wide Prometheus registry and its `/metrics`
+//!   listener (`MNEME_METRICS_ADDR`).
+//! - [`shutdown_signal`]: Ctrl-C / SIGTERM for graceful draining.
 //!
 //! Conventions (see `docs/OPERATIONS.md`): lowercase messages without
 //! trailing punctuation, structured fields instead of interpolation, and
 //! never a secret or memory content in a field.
 #![forbid(unsafe_code)]
+
+pub mod metrics;
 
 use mneme_config::{LogConfig, LogFormat};
 use tracing_subscriber::EnvFilter;

@@ -53,19 +53,30 @@ impl Harness {
         embedder: Arc<dyn Embedder>,
         settings: mneme_config::RememberConfig,
     ) -> Self {
+        Self::with_configs(embedder, settings, Config::defaults().recall).await
+    }
+
+    /// A harness whose recall service runs with `settings`.
+    pub(crate) async fn with_recall_config(
+        embedder: Arc<dyn Embedder>,
+        settings: mneme_config::RecallConfig,
+    ) -> Self {
+        Self::with_configs(embedder, Config::defaults().remember, settings).await
+    }
+
+    async fn with_configs(
+        embedder: Arc<dyn Embedder>,
+        remember: mneme_config::RememberConfig,
+        recall: mneme_config::RecallConfig,
+    ) -> Self {
         let db = TestDatabase::create().await;
         let redis = TestRedis::new();
         let store = db.store();
         let tenant = create_tenant(&store, "recall", ALL_PERMISSIONS).await;
         let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
         Self {
-            remember: RememberServer::new(store.clone(), cache.clone(), settings),
-            recall: RecallServer::new(
-                store.clone(),
-                cache,
-                embedder.clone(),
-                Config::defaults().recall,
-            ),
+            remember: RememberServer::new(store.clone(), cache.clone(), remember),
+            recall: RecallServer::new(store.clone(), cache, embedder.clone(), recall),
             worker: EmbeddingWorker::new(store, embedder, 32),
             tenant,
             redis,
