@@ -243,12 +243,12 @@ impl RecallServer {
         });
         let core = within_budget(core, &mut used, budget);
 
-        let tenant = principal.tenant_id.to_string();
+        let owner = mneme_cache::session_owner(principal.tenant_id, principal.key_id);
         let mut working = Vec::new();
         if let Some(session) = &session {
             let items = self
                 .cache
-                .working_memory(&tenant, session)
+                .working_memory(&owner, session)
                 .await
                 .unwrap_or_default();
             for item in items.into_iter().rev().take(MAX_WORKING) {
@@ -267,7 +267,7 @@ impl RecallServer {
             working.reverse();
             let shown: Vec<String> = anchors.iter().chain(&core).map(|f| f.id.clone()).collect();
             self.cache
-                .mark_seen(&tenant, session, &shown, SEEN_TTL)
+                .mark_seen(&owner, session, &shown, SEEN_TTL)
                 .await;
         }
 

@@ -10,6 +10,9 @@
 //! - `enrich`: links, surrounding context and cases of a page.
 //! - `context`: the session-start memory block.
 //! - `explore`: fetch, stats, graph, history, timelines and search traces.
+//! - `rerank`: the optional external cross-encoder.
+//! - `spread`: spreading activation from the agent's current context.
+//! - `symbolic`: explanations and the case filter of the symbolic layer.
 //!
 //! One recall, inside a single tenant transaction:
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
@@ -35,13 +38,15 @@ mod explore;
 mod query;
 mod rank;
 mod rerank;
+mod spread;
+mod symbolic;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use chrono::Utc;
+use chrono::{Timelike, Utc};
 use mneme_cache::Cache;
 use mneme_config::{Config, RecallConfig};
 use mneme_core::scoring::{Layer, RankedList, rrf_fuse};
@@ -59,6 +64,7 @@ use mneme_proto::v1::{
 };
 use mneme_store::fragments::{self, Fragment, Hit};
 use mneme_store::search_events::{self, SearchEvent};
+use mneme_store::search_thresholds::{self, Bucket, FloorRule};
 use mneme_store::{Store, TenantTx, links};
 use pgvector::Vector;
 use tokio::net::TcpListener;
@@ -154,13 +160,13 @@ impl RecallServer {
         let started = Instant::now();
         let now = Utc::now();
         let mut query = Query::new(request, principal, &self.settings, &self.tokenizer, now)?;
-        let tenant = principal.tenant_id.to_string();
+        let session_owner = mneme_cache::session_owner(principal.tenant_id, principal.key_id);
         if query.exclude_seen
             && let Some(session) = &query.session_id
         {
             query.exclude = self
                 .cache
-                .seen(&tenant, session)
+                .seen(&session_owner, session)
                 .await
                 .iter()
                 .filter_map(|id| id.parse().ok())
@@ -169,7 +175,30 @@ impl RecallServer {
 
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let found = self.search(&tx, &query).await?;
+        let floor_bucket = self
+            .settings
+            .adaptive_floor
+            .filter(|_| query.threshold.is_none() && query.text.is_some())
+            .map(|floor| {
+                let rule = FloorRule {
+                    start: floor.start,
+                    min: floor.min,
+                    max: floor.max,
+                    min_samples: floor.min_samples,
+                };
+                let bucket = Bucket {
+                    key_id: principal.key_id,
+                    query_type: query.query_type(),
+                    hour: i16::try_from(now.hour()).unwrap_or(0),
+                };
+                (rule, bucket)
+            });
+        let vector_floor = match &floor_bucket {
+            Some((rule, bucket)) => search_thresholds::floor(&tx, *bucket, rule).await?,
+            None => None,
+        };
+        let found = self.search(&tx, &query, vector_floor).await?;
+        let signals = symbolic::Signals::capture(&self.settings.symbolic, &query, &found.rows, now);
         let mut ranked = rank::rank(
             found.rows,
             &found.candidates,
@@ -181,7 +210,12 @@ impl RecallServer {
             ranked = reranker.rerank(text, ranked).await;
         }
         let mut page = rank::page(ranked, query.offset, query.limit, query.token_budget);
+        signals.apply(&mut page);
         let cases = enrich::enrich(&tx, &query, &mut page.fragments).await?;
+        if let Some((rule, bucket)) = &floor_bucket {
+            let returned = i32::try_from(page.fragments.len()).unwrap_or(i32::MAX);
+            search_thresholds::observe(&tx, *bucket, returned, rule).await?;
+        }
         let count = |layer| {
             i32::try_from(found.counts.get(&layer).copied().unwrap_or(0)).unwrap_or(i32::MAX)
         };
@@ -210,6 +244,17 @@ impl RecallServer {
             .filter_map(|f| f.id.parse().ok())
             .collect();
         self.after_recall(principal.tenant_id, returned, query.session_id.is_some());
+        if self.settings.spreading_activation && !query.context_keywords.is_empty() {
+            self.spread_activation(spread::Spread {
+                tenant_id: principal.tenant_id,
+                key_id: principal.key_id,
+                readable_keys: query.key_ids.clone(),
+                agent_id: query.agent_id.clone(),
+                workspace: query.workspace.clone(),
+                session_id: query.session_id.clone(),
+                keywords: query.context_keywords.clone(),
+            });
+        }
         Ok(RecallResponse {
             hints: rank::hints(&page.fragments, query.include_context, now),
             next_cursor: page
@@ -225,8 +270,14 @@ impl RecallServer {
         })
     }
 
-    /// Runs the layers, fuses them and loads the candidates.
-    async fn search(&self, tx: &TenantTx<'_>, query: &Query) -> Result<Found> {
+    /// Runs the layers, fuses them and loads the candidates. Vector hits
+    /// below `vector_floor` (the adaptive similarity floor) are dropped.
+    async fn search(
+        &self,
+        tx: &TenantTx<'_>,
+        query: &Query,
+        vector_floor: Option<f32>,
+    ) -> Result<Found> {
         let scope = query.scope();
         let limit = query.candidates(self.settings.candidates_per_layer);
 
@@ -269,7 +320,10 @@ impl RecallServer {
                     self.settings.hnsw_ef_search,
                     limit,
                 )
-                .await?,
+                .await?
+                .into_iter()
+                .filter(|hit| vector_floor.is_none_or(|floor| hit.score >= floor))
+                .collect::<Vec<_>>(),
             ),
             None => None,
         };
@@ -347,6 +401,21 @@ impl RecallServer {
 
     /// Access statistics and co-retrieval links, written after the answer
     /// in a transaction of their own: a failure here never fails a recall.
+    /// Runs a spread in the background; a failure only loses the warm-up.
+    fn spread_activation(&self, spread: spread::Spread) {
+        let (store, cache) = (self.store.clone(), self.cache.clone());
+        let (step, dedup) = (
+            self.settings.spreading_activation_step,
+            self.settings.spreading_activation_dedup,
+        );
+        tokio::spawn(async move {
+            match spread.run(&store, &cache, step, dedup).await {
+                Ok(warmed) => tracing::debug!(warmed = warmed.len(), "spreading activation"),
+                Err(error) => tracing::warn!(%error, "spreading activation failed"),
+            }
+        });
+    }
+
     fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, in_session: bool) {
         let track = self.settings.track_access;
         let co_retrieval = self.settings.co_retrieval_links && in_session && returned.len() > 1;

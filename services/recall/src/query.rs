@@ -18,6 +18,8 @@ use uuid::Uuid;
 
 /// Keywords taken from the query text for the keyword layer.
 const QUERY_KEYWORDS: usize = 8;
+/// Keywords taken from `contextText` to seed spreading activation.
+const CONTEXT_KEYWORDS: usize = 8;
 /// Most cases returned in case mode.
 const MAX_CASES: u32 = 10;
 /// Deepest position pagination reaches.
@@ -50,7 +52,7 @@ pub(crate) struct Query {
     pub(crate) key_ids: Vec<Uuid>,
     pub(crate) agent_id: String,
     pub(crate) session_id: Option<String>,
-    workspace: Option<String>,
+    pub(crate) workspace: Option<String>,
     topic: Option<String>,
     types: Option<Vec<String>>,
     as_of: Option<DateTime<Utc>>,
@@ -71,6 +73,8 @@ pub(crate) struct Query {
     pub(crate) case_mode: bool,
     pub(crate) max_cases: usize,
     pub(crate) exclude_seen: bool,
+    /// Keywords of the request's `contextText`, for spreading activation.
+    pub(crate) context_keywords: Vec<String>,
     /// Names of the filters used (for search events).
     pub(crate) filter_keys: Vec<String>,
 }
@@ -228,6 +232,11 @@ impl Query {
                 request.link_relation_types.clone()
             },
             include_context: request.include_context,
+            context_keywords: request
+                .context_text
+                .as_deref()
+                .map(|context| tokenizer.extract_keywords(context, CONTEXT_KEYWORDS))
+                .unwrap_or_default(),
             case_mode: request.case_mode,
             max_cases: request.max_cases.unwrap_or(5).clamp(1, MAX_CASES) as usize,
             exclude_seen: request.exclude_seen.unwrap_or(true),

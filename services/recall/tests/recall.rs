@@ -670,7 +670,7 @@ mod filters_and_pages {
             .unwrap();
         cache
             .mark_seen(
-                &h.tenant.tenant_id.to_string(),
+                &mneme_cache::session_owner(h.tenant.tenant_id, h.tenant.key_id),
                 "s-1",
                 std::slice::from_ref(&seen),
                 Duration::from_secs(60),

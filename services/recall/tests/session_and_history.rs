@@ -817,3 +817,104 @@ async fn graph_history_reconstruction_traces_and_fetch() {
         assert_eq!(result.unwrap_err().code, ErrorCode::NotFound);
     }
 }
+
+#[tokio::test]
+async fn a_contradiction_quarantines_related_links_and_useful_feedback_restores_them() {
+    let mut settings = mneme_config::Config::defaults().remember;
+    settings.temporal_link_hours = 0.0;
+    settings.proactive_links = false;
+    let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
+    let a = h
+        .put(memory("Staging deploys run every hour.", "fact", "deploy"))
+        .await;
+    let b = h
+        .put(memory("Staging deploys run once a day.", "fact", "deploy"))
+        .await;
+    let c = h
+        .put(memory("Staging lives in eu-west-1.", "fact", "deploy"))
+        .await;
+    h.link(&a, &b, "related").await;
+    h.link(&a, &c, "related").await;
+    let links = |condition: String| {
+        let h = &h;
+        async move {
+            h.db.count_rows(h.tenant.tenant_id, "fragment_links", &condition)
+                .await
+        }
+    };
+    let between = |from: &str, to: &str, rest: &str| {
+        format!("from_id = '{from}' AND to_id = '{to}' AND relation_type = 'related' AND {rest}")
+    };
+
+    h.link(&a, &b, "contradicts").await;
+    assert_eq!(
+        links(between(
+            &a,
+            &b,
+            "quarantine_state = 'soft' AND round(weight * 10) = 7"
+        ))
+        .await,
+        1,
+        "the related link between the contradicting pair is quarantined (1.0 - 0.3)"
+    );
+    assert_eq!(
+        links(between(&a, &c, "quarantine_state IS NULL AND weight = 1")).await,
+        1,
+        "links to others stay as they were"
+    );
+    assert_eq!(
+        links("relation_type = 'contradicts' AND quarantine_state IS NULL".to_owned()).await,
+        1
+    );
+    // The graph layer no longer follows the quarantined link.
+    let graph = h
+        .recall
+        .recall(
+            &h.principal(),
+            mneme_proto::v1::RecallRequest {
+                keywords: vec!["hour".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        graph
+            .fragments
+            .iter()
+            .all(|f| f.id != b || !f.matched_by.contains(&"graph".to_owned())),
+        "b is not reached through the quarantined link"
+    );
+
+    // Useful together after all: the link is restored (+0.3) and released.
+    h.remember
+        .record_tool_feedback(
+            &h.principal(),
+            ToolFeedbackRequest {
+                tool_name: "recall".into(),
+                relevant: true,
+                sufficient: true,
+                fragment_ids: vec![a.clone(), b.clone()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        links(between(
+            &a,
+            &b,
+            "quarantine_state = 'released' AND round(weight * 10) = 10"
+        ))
+        .await,
+        1
+    );
+    let audited =
+        h.db.count_rows(
+            h.tenant.tenant_id,
+            "link_reconsolidations",
+            "action IN ('quarantine', 'restore')",
+        )
+        .await;
+    assert_eq!(audited, 2);
+}

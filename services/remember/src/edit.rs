@@ -11,6 +11,7 @@ use mneme_core::{Error, Permission, Principal, Result};
 use mneme_proto::v1::{
     AmendRequest, AmendResponse, ForgetRequest, ForgetResponse, LinkRequest, LinkResponse,
 };
+use mneme_store::feedback::{self, LinkLesson};
 use mneme_store::fragments::{self, Author, ForgetTarget, StoredFragment};
 use mneme_store::{TenantTx, cases, links, versions};
 use uuid::Uuid;
@@ -186,6 +187,23 @@ impl RememberServer {
                 },
             )
             .await?;
+            if self.settings.case_reward_backprop {
+                let delta = if outcome == "verified" {
+                    self.settings.case_reward_passed
+                } else {
+                    -self.settings.case_reward_failed
+                };
+                let moved = cases::reward_evidence(
+                    &tx,
+                    principal.key_id,
+                    &principal.readable_key_ids(),
+                    case_id,
+                    result_id,
+                    delta,
+                )
+                .await?;
+                tracing::debug!(moved, delta, "case verification rewarded its evidence");
+            }
         }
         tx.commit().await?;
         if content_changed || request.supersede {
@@ -264,6 +282,20 @@ impl RememberServer {
         links::upsert(&tx, &readable, from, to, relation.as_str(), weight).await?;
         if relation == RelationType::ResolvedBy {
             fragments::resolve_error(&tx, from).await?;
+        }
+        if relation == RelationType::Contradicts && self.settings.link_reconsolidation {
+            // Two memories that contradict each other should not pull each
+            // other into results as "related" any more.
+            feedback::reconsolidate_links(
+                &tx,
+                principal.key_id,
+                &[from, to],
+                &["related", "temporal"],
+                LinkLesson::QUARANTINE,
+                "contradicts",
+                self.settings.link_decay_interval,
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(LinkResponse {

@@ -104,20 +104,26 @@ impl RememberServer {
             .await?;
             fragments_adjusted = adjusted.len();
             if self.settings.link_reconsolidation {
-                let lesson = if request.relevant {
-                    LinkLesson::REINFORCE
+                // Positive feedback reinforces the links in good standing
+                // and restores quarantined ones (in this order, so a
+                // restored link is not reinforced too).
+                let lessons: &[LinkLesson] = if request.relevant {
+                    &[LinkLesson::REINFORCE, LinkLesson::RESTORE]
                 } else {
-                    LinkLesson::DECAY
+                    &[LinkLesson::DECAY]
                 };
-                links_adjusted = feedback::reconsolidate_links(
-                    &tx,
-                    principal.key_id,
-                    &adjusted,
-                    lesson,
-                    &format!("tool_feedback:{id}"),
-                    self.settings.link_decay_interval,
-                )
-                .await?;
+                for lesson in lessons {
+                    links_adjusted += feedback::reconsolidate_links(
+                        &tx,
+                        principal.key_id,
+                        &adjusted,
+                        &[],
+                        *lesson,
+                        &format!("tool_feedback:{id}"),
+                        self.settings.link_decay_interval,
+                    )
+                    .await?;
+                }
             }
         }
         tx.commit().await?;

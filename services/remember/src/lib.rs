@@ -7,7 +7,9 @@
 //! - `write`: remember and batch_remember (quota, cases, links, conflicts);
 //! - `edit`: forget, amend and link;
 //! - `reflect`: a session summary as fragments, an episode and a milestone;
-//! - `feedback`: tool feedback and what it teaches (activation, link weights).
+//! - `feedback`: tool feedback and what it teaches (activation, link weights);
+//! - `symbolic`: the symbolic layer on writes (policy gate, claims and
+//!   polarity conflicts), behind `MNEME_SYMBOLIC_*`.
 //!
 //! A `remember` is acknowledged once its transaction commits. The embedding
 //! is computed afterwards by the embedding worker (mneme-consolidator), which
@@ -18,6 +20,7 @@
 mod edit;
 mod feedback;
 mod reflect;
+mod symbolic;
 mod write;
 
 use std::future::Future;

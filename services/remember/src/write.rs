@@ -490,7 +490,7 @@ impl RememberServer {
         };
         self.cache
             .push_working_memory(
-                &principal.tenant_id.to_string(),
+                &mneme_cache::session_owner(principal.tenant_id, principal.key_id),
                 &session,
                 &item,
                 self.settings.working_memory_tokens,
@@ -534,13 +534,15 @@ impl RememberServer {
             }
         }
 
+        // Before the transaction: a hard gate refuses with nothing begun.
+        let policy_warnings = self.policy_gate(principal, &write).await?;
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         let quota = self.check_quota(&tx, principal, 1).await;
         if dry_run {
             let conflicts = self.conflicts(&tx, principal, &write, None).await?;
             self.resolve_case(&tx, principal, &mut write).await?;
-            let mut warnings = Vec::new();
+            let mut warnings = policy_warnings;
             let quota = match quota {
                 Ok(quota) => Some(quota),
                 Err(error) => {
@@ -584,7 +586,8 @@ impl RememberServer {
         } else {
             (0, Vec::new(), Vec::new())
         };
-        let conflicts = self
+        warnings.extend(policy_warnings);
+        let mut conflicts = self
             .conflicts(&tx, principal, &write, Some(written.id))
             .await?;
         tx.commit().await?;
@@ -592,6 +595,8 @@ impl RememberServer {
         let redactions = u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX);
         let case_id = write.fragment.case.case_id.clone();
         if outcome == WriteOutcome::Created {
+            self.analyse_claims(principal, &write, written.id, &mut conflicts, &mut warnings)
+                .await;
             self.after_commit(principal, 1, vec![(written.id, write)])
                 .await;
         }

@@ -237,12 +237,16 @@ mod write_path {
     }
 
     async fn harness() -> Harness {
+        harness_with(Config::defaults().remember).await
+    }
+
+    async fn harness_with(settings: mneme_config::RememberConfig) -> Harness {
         let db = TestDatabase::create().await;
         let redis = TestRedis::new();
         let store = db.store();
         let tenant = create_tenant(&store, "writer", ALL_PERMISSIONS).await;
         let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-        let server = RememberServer::new(store, cache.clone(), Config::defaults().remember);
+        let server = RememberServer::new(store, cache.clone(), settings);
         Harness {
             db,
             tenant,
@@ -559,6 +563,103 @@ mod write_path {
     }
 
     #[tokio::test]
+    async fn verifying_a_case_rewards_its_evidence_and_a_failed_verification_costs_it() {
+        let mut settings = Config::defaults().remember;
+        settings.case_reward_backprop = true;
+        let h = harness_with(settings).await;
+        let importance = |id: String| {
+            let h = &h;
+            async move {
+                h.scalar(&format!(
+                    "SELECT (importance * 1000)::bigint FROM mneme.fragments WHERE id = '{id}'"
+                ))
+                .await
+            }
+        };
+        let error = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "The deploy failed: the migration lock timed out.",
+                    "error",
+                    "deploy",
+                ),
+            )
+            .await;
+        let case_id = error.case_id.clone().expect("an error opens a case");
+        let fix = h
+            .remember(
+                Some("s-1"),
+                kind(
+                    "Running migrations before the rollout fixed the lock timeout.",
+                    "procedure",
+                    "deploy",
+                ),
+            )
+            .await;
+        let (error_before, fix_before) = (
+            importance(error.id.clone()).await,
+            importance(fix.id.clone()).await,
+        );
+        // Evidence of another case (another session) must not move.
+        let other = h
+            .remember(
+                Some("s-2"),
+                kind("The cache warmup failed on start.", "error", "deploy"),
+            )
+            .await;
+        let other_before = importance(other.id.clone()).await;
+
+        let verification = h
+            .remember(
+                Some("s-1"),
+                RememberRequest {
+                    case_id: Some(case_id.clone()),
+                    ..kind(
+                        "The deploy ran clean twice after the fix.",
+                        "fact",
+                        "deploy",
+                    )
+                },
+            )
+            .await;
+        let amend = |status: &str| mneme_proto::v1::AmendRequest {
+            id: verification.id.clone(),
+            assertion_status: Some(status.into()),
+            ..Default::default()
+        };
+        h.server
+            .amend(&h.who(Some("s-1")), amend("verified"))
+            .await
+            .unwrap();
+        assert_eq!(
+            importance(error.id.clone()).await,
+            (error_before + 150).min(1000)
+        );
+        assert_eq!(
+            importance(fix.id.clone()).await,
+            (fix_before + 150).min(1000)
+        );
+        assert_eq!(importance(other.id.clone()).await, other_before);
+
+        h.server
+            .amend(&h.who(Some("s-1")), amend("rejected"))
+            .await
+            .unwrap();
+        assert_eq!(
+            importance(fix.id.clone()).await,
+            (fix_before + 150).min(1000) - 100
+        );
+        let verdicts = h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.case_events WHERE case_id = '{case_id}'
+                   AND event_type IN ('verification_passed', 'verification_failed')"
+            ))
+            .await;
+        assert_eq!(verdicts, 2);
+    }
+
+    #[tokio::test]
     async fn session_scope_goes_to_working_memory_only() {
         let h = harness().await;
         let response = h
@@ -581,7 +682,10 @@ mod write_path {
         assert_eq!(h.count("true").await, 0);
         let memory = h
             .cache
-            .working_memory(&h.tenant.tenant_id.to_string(), "s-9")
+            .working_memory(
+                &mneme_cache::session_owner(h.tenant.tenant_id, h.tenant.key_id),
+                "s-9",
+            )
             .await
             .unwrap();
         assert_eq!(memory.len(), 1);

@@ -6,8 +6,9 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
-use super::{ToolContext, ToolSpec};
+use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Results of one `search`.
 const SEARCH_RESULTS: u32 = 10;
@@ -71,13 +72,15 @@ pub(super) fn tools() -> Vec<ToolSpec> {
             "Search long-term memory and return matching memories as {id, title, url}. Use \
              `fetch` with an id for the full text.",
             search,
-        ),
+        )
+        .example(json!({"query": "payments API rate limit"})),
         ToolSpec::new(
             "fetch",
             "Fetch a memory",
             "Return the full text of one memory found by `search`.",
             fetch,
-        ),
+        )
+        .example(json!({"id": EXAMPLE_FRAGMENT_ID})),
     ]
 }
 

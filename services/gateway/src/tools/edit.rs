@@ -4,9 +4,10 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::kinds::{AffectArg, AssertionStatusArg, FragmentKind, ResolutionStatusArg, wire_name};
-use super::{ToolContext, ToolSpec};
+use super::{EXAMPLE_FRAGMENT_ID, EXAMPLE_OTHER_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Arguments of `forget`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -131,7 +132,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              memories that are wrong or obsolete.",
             forget,
         )
-        .destroys(true),
+        .destroys(true)
+        .example(json!({"id": EXAMPLE_FRAGMENT_ID, "dryRun": true})),
         ToolSpec::new(
             "amend",
             "Amend",
@@ -140,7 +142,14 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              becomes a new memory and the old one stops being valid.",
             amend,
         )
-        .destroys(false),
+        .destroys(false)
+        .example(json!({
+            "id": EXAMPLE_FRAGMENT_ID,
+            "content": "The payments API allows 200 requests per minute per client key since \
+                        the v2 gateway.",
+            "importance": 0.8,
+            "supersede": true
+        })),
         ToolSpec::new(
             "link",
             "Link",
@@ -148,7 +157,13 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              Directional links that would form a cycle are refused.",
             link,
         )
-        .writes(true),
+        .writes(true)
+        .example(json!({
+            "fromId": EXAMPLE_FRAGMENT_ID,
+            "toId": EXAMPLE_OTHER_FRAGMENT_ID,
+            "relationType": "caused_by",
+            "weight": 0.9
+        })),
     ]
 }
 

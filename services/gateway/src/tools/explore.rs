@@ -8,10 +8,11 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::kinds::{FragmentKind, wire_name};
 use super::recall::{LinkRelation, RecalledMemory, TimeRange, memory, rfc3339};
-use super::{ToolContext, ToolSpec};
+use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Arguments of `memory_stats`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -246,35 +247,48 @@ pub(super) fn tools() -> Vec<ToolSpec> {
             "Counts of your memories (by type, tier and topic), links, cases and embeddings, \
              and how recall and feedback went over the last 7 days.",
             stats,
-        ),
+        )
+        .example(json!({})),
         ToolSpec::new(
             "graph_explore",
             "Explore links",
             "Follow the links of a memory — by default its causes and resolutions — up to 3 \
              hops, to see how errors, fixes and decisions connect.",
             graph,
-        ),
+        )
+        .example(json!({
+            "startId": EXAMPLE_FRAGMENT_ID,
+            "relationTypes": ["caused_by", "resolved_by", "related"],
+            "depth": 2
+        })),
         ToolSpec::new(
             "fragment_history",
             "Memory history",
             "A memory's earlier versions (amendments) and the memories it replaced or that \
              replaced it.",
             history,
-        ),
+        )
+        .example(json!({"id": EXAMPLE_FRAGMENT_ID})),
         ToolSpec::new(
             "reconstruct_history",
             "Reconstruct history",
             "Tell the story of a case or a subject: its memories in time order, the causal \
              chains among them, what is still unresolved and, for a case, its events.",
             reconstruct,
-        ),
+        )
+        .example(json!({
+            "entity": "payments-api",
+            "timeRange": {"from": "30 days ago", "to": "today"},
+            "limit": 50
+        })),
         ToolSpec::new(
             "search_traces",
             "Search traces",
             "List memories by exact filters (type, topic, content words, case, session, time) \
              without ranking, newest first. For finding by meaning, use `recall`.",
             traces,
-        ),
+        )
+        .example(json!({"eventType": "fact", "entityKey": "payments", "limit": 10})),
     ]
 }
 

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use mneme_core::Error;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::kinds::wire_name;
 use super::{ToolContext, ToolSpec};
@@ -58,13 +59,16 @@ pub(crate) struct GuideResult {
 }
 
 pub(super) fn tools() -> Vec<ToolSpec> {
-    vec![ToolSpec::new(
-        "get_skill_guide",
-        "Memory skill guide",
-        "How to use mneme well: when to remember and recall, writing good memories, \
+    vec![
+        ToolSpec::new(
+            "get_skill_guide",
+            "Memory skill guide",
+            "How to use mneme well: when to remember and recall, writing good memories, \
          importance, episodes, search options, and mistakes to avoid. One section at a time.",
-        guide,
-    )]
+            guide,
+        )
+        .example(json!({"section": "importance"})),
+    ]
 }
 
 async fn guide(_context: ToolContext, args: GuideArgs) -> Result<GuideResult, Error> {

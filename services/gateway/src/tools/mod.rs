@@ -95,8 +95,20 @@ pub(crate) struct ToolSpec {
     pub(crate) beta: bool,
     pub(crate) input_schema: Arc<JsonObject>,
     pub(crate) output_schema: Arc<JsonObject>,
+    /// Realistic arguments, shown in `docs/TOOLS.md`. Ids of memories are
+    /// written as the placeholders [`EXAMPLE_FRAGMENT_ID`] and
+    /// [`EXAMPLE_OTHER_FRAGMENT_ID`].
+    pub(crate) example: Option<Value>,
+    /// Whether arguments parse as this tool's argument type.
+    #[cfg(test)]
+    check_arguments: fn(JsonObject) -> Result<(), Error>,
     handler: Handler,
 }
+
+/// Stands for the id of a memory in tool examples.
+pub(crate) const EXAMPLE_FRAGMENT_ID: &str = "<fragment id>";
+/// Stands for the id of a second memory in tool examples.
+pub(crate) const EXAMPLE_OTHER_FRAGMENT_ID: &str = "<other fragment id>";
 
 impl std::fmt::Debug for ToolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,6 +153,9 @@ impl ToolSpec {
             beta: false,
             input_schema: schema_for_input::<A>().expect("tool arguments are JSON objects"),
             output_schema: schema_for_output::<R>(),
+            example: None,
+            #[cfg(test)]
+            check_arguments: |arguments| parse_arguments::<A>(arguments).map(drop),
             handler: Box::new(move |context, arguments| {
                 let handler = Arc::clone(&handler);
                 Box::pin(async move {
@@ -153,6 +168,12 @@ impl ToolSpec {
                 })
             }),
         }
+    }
+
+    /// Realistic arguments for the documentation (a JSON object).
+    fn example(mut self, arguments: Value) -> Self {
+        self.example = Some(arguments);
+        self
     }
 
     /// A tool that writes without destroying anything.
@@ -383,6 +404,50 @@ mod tests {
                 tool.name
             );
             assert!(!tool.description.is_empty() && !tool.title.is_empty());
+        }
+    }
+
+    /// Replaces the id placeholders of examples with real-looking ids.
+    fn with_ids(value: &Value) -> Value {
+        match value {
+            Value::String(s) if s == EXAMPLE_FRAGMENT_ID || s == EXAMPLE_OTHER_FRAGMENT_ID => {
+                Value::String(Uuid::now_v7().to_string())
+            }
+            Value::Array(items) => Value::Array(items.iter().map(with_ids).collect()),
+            Value::Object(map) => {
+                Value::Object(map.iter().map(|(k, v)| (k.clone(), with_ids(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+
+    #[test]
+    fn every_tool_has_an_example_that_parses_as_its_arguments() {
+        for tool in REGISTRY.tools.values() {
+            let example = tool
+                .example
+                .as_ref()
+                .unwrap_or_else(|| panic!("`{}` has no example", tool.name));
+            let Value::Object(arguments) = with_ids(example) else {
+                panic!("the example of `{}` is not a JSON object", tool.name);
+            };
+            let known = tool
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object);
+            for name in arguments.keys() {
+                assert!(
+                    known.is_some_and(|p| p.contains_key(name)),
+                    "the example of `{}` uses the undeclared argument `{name}`",
+                    tool.name
+                );
+            }
+            if let Err(error) = (tool.check_arguments)(arguments) {
+                panic!(
+                    "the example of `{}` does not parse: {}",
+                    tool.name, error.message
+                );
+            }
         }
     }
 

@@ -5,7 +5,7 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::kinds::{AffectArg, FragmentKind, ResolutionStatusArg, wire_name};
 use super::{ToolContext, ToolSpec};
@@ -308,7 +308,13 @@ pub(super) fn tools() -> Vec<ToolSpec> {
          memories first within a token budget, with a cursor for more. With no arguments, returns \
          the most important recent memories.",
         recall,
-    )]
+    )
+    .example(json!({
+        "text": "How many requests per minute does the payments API allow?",
+        "topic": "payments-api",
+        "limit": 5,
+        "fields": ["content", "topic", "createdAt", "score"]
+    }))]
 }
 
 pub(super) fn memory(f: v1::RecalledFragment) -> RecalledMemory {
@@ -422,6 +428,7 @@ async fn recall(context: ToolContext, args: RecallArgs) -> Result<RecallResult, 
                 depth: args.depth.map(wire_name),
                 affect: args.affect.into_iter().map(wire_name).collect(),
                 session_id: None,
+                context_text: None,
             },
         )
         .await?;

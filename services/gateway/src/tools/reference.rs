@@ -1,7 +1,10 @@
 //! The tool reference of `docs/TOOLS.md`, generated from the registry so
 //! the documentation cannot drift from what `tools/list` serves: names,
 //! descriptions, access, annotations, arguments and results come from the
-//! same [`ToolSpec`]s and JSON schemas.
+//! same [`ToolSpec`]s and JSON schemas. Each tool's section ends with its
+//! example arguments, in which `"<fragment id>"` and `"<other fragment
+//! id>"` stand for ids of stored memories (the e2e test
+//! `tool_examples` calls every tool with them, ids substituted).
 
 use std::fmt::Write;
 
@@ -48,6 +51,10 @@ fn section(out: &mut String, tool: &ToolSpec) {
     let _ = writeln!(out, "*{}.*\n", traits.join(", "));
     fields(out, "Argument", &tool.input_schema, true);
     fields(out, "Result field", &tool.output_schema, false);
+    if let Some(example) = &tool.example {
+        let json = serde_json::to_string_pretty(example).unwrap_or_default();
+        let _ = writeln!(out, "Example:\n\n```json\n{json}\n```\n");
+    }
 }
 
 /// A table of an object schema's properties.
@@ -211,6 +218,11 @@ mod tests {
             );
         }
         assert!(markdown.contains("### `recall`: Recall"));
+        assert_eq!(
+            markdown.matches("Example:\n\n```json\n{").count(),
+            REGISTRY.tools.len(),
+            "every tool's section shows its example"
+        );
         assert!(markdown.contains("| `type` | `fact` \\| `decision`"));
     }
 }

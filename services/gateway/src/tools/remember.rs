@@ -5,6 +5,7 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::kinds::{
     AffectArg, AssertionStatusArg, FragmentKind, ResolutionStatusArg, Scope, wire_name,
@@ -218,7 +219,16 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              memory id; storing the same content again returns the existing id.",
             remember,
         )
-        .writes(true),
+        .writes(true)
+        .example(json!({
+            "content": "The payments API allows 100 requests per minute per client key; \
+                        bursts above that get HTTP 429.",
+            "topic": "payments-api",
+            "type": "fact",
+            "keywords": ["payments-api", "rate-limit", "429"],
+            "importance": 0.7,
+            "source": "https://wiki.example.com/payments/limits"
+        })),
         ToolSpec::new(
             "batch_remember",
             "Remember many",
@@ -227,7 +237,22 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              is. Sends progress notifications when the request carries a progress token.",
             batch_remember,
         )
-        .writes(true),
+        .writes(true)
+        .example(json!({
+            "fragments": [
+                {
+                    "content": "Mina prefers release notes written in Korean first, English second.",
+                    "topic": "release-notes",
+                    "type": "preference"
+                },
+                {
+                    "content": "Release notes are published every second Tuesday after the sprint review.",
+                    "topic": "release-notes",
+                    "type": "procedure"
+                }
+            ],
+            "workspace": "docs-team"
+        })),
     ]
 }
 

@@ -5,11 +5,12 @@ use mneme_core::Error;
 use mneme_proto::v1;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::kinds::FragmentKind;
 use super::recall::{RecallHint, RecalledMemory, memory, rfc3339};
 use super::remember::outcome_name;
-use super::{ToolContext, ToolSpec};
+use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Arguments of `context`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -194,7 +195,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              working memory, within a token budget. Call it once at the start; `recall` then \
              skips what it already showed.",
             context,
-        ),
+        )
+        .example(json!({"tokenBudget": 1500, "types": ["preference", "decision", "error"]})),
         ToolSpec::new(
             "reflect",
             "Reflect on the session",
@@ -203,7 +205,21 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              narrative episode. Optionally report how well the tools served the task.",
             reflect,
         )
-        .writes(false),
+        .writes(false)
+        .example(json!({
+            "summary": [
+                "The checkout timeouts came from the payments API rate limit.",
+                "LEARNING: Check the 429 rate before blaming the database."
+            ],
+            "decisions": ["Checkout retries use exponential backoff starting at 200 ms."],
+            "errors_resolved": [
+                "Checkout failed with HTTP 429 under load; fixed by client-side backoff."
+            ],
+            "new_procedures": ["Load-test checkout against the payments sandbox before a release."],
+            "open_questions": ["Should the payments API limit be raised for batch jobs?"],
+            "task_effectiveness": {"overall_success": true, "tool_highlights": ["recall"]},
+            "topic": "checkout-incident"
+        })),
         ToolSpec::new(
             "tool_feedback",
             "Tool feedback",
@@ -212,7 +228,14 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              recalls improve.",
             tool_feedback,
         )
-        .writes(false),
+        .writes(false)
+        .example(json!({
+            "tool_name": "recall",
+            "relevant": true,
+            "sufficient": false,
+            "suggestion": "Also return the incident's resolution.",
+            "fragment_ids": [EXAMPLE_FRAGMENT_ID]
+        })),
     ]
 }
 

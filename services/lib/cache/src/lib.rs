@@ -221,8 +221,8 @@ impl Cache {
         }
     }
 
-    fn working_memory_key(&self, tenant: &str, session: &str) -> String {
-        self.key(&["wm", tenant, session])
+    fn working_memory_key(&self, owner: &str, session: &str) -> String {
+        self.key(&["wm", owner, session])
     }
 
     /// Appends an item to a session's working memory, then drops the oldest
@@ -231,16 +231,16 @@ impl Cache {
     /// nowhere else.
     pub async fn push_working_memory(
         &self,
-        tenant: &str,
+        owner: &str,
         session: &str,
         item: &WorkingMemoryItem,
         max_tokens: usize,
         ttl: Duration,
     ) -> Result<(), CacheError> {
-        let key = self.working_memory_key(tenant, session);
+        let key = self.working_memory_key(owner, session);
         let encoded = serde_json::to_string(item).expect("working-memory items serialise");
         let _: () = self.client.rpush(&key, encoded).await?;
-        let items = self.working_memory(tenant, session).await?;
+        let items = self.working_memory(owner, session).await?;
         let mut total: usize = items.iter().map(|i| i.tokens as usize).sum();
         let mut drop = 0;
         while total > max_tokens && drop + 1 < items.len() {
@@ -260,12 +260,12 @@ impl Cache {
     /// A session's working memory, oldest first.
     pub async fn working_memory(
         &self,
-        tenant: &str,
+        owner: &str,
         session: &str,
     ) -> Result<Vec<WorkingMemoryItem>, CacheError> {
         let raw: Vec<String> = self
             .client
-            .lrange(self.working_memory_key(tenant, session), 0, -1)
+            .lrange(self.working_memory_key(owner, session), 0, -1)
             .await?;
         Ok(raw
             .iter()
@@ -273,16 +273,16 @@ impl Cache {
             .collect())
     }
 
-    fn seen_key(&self, tenant: &str, session: &str) -> String {
-        self.key(&["seen", tenant, session])
+    fn seen_key(&self, owner: &str, session: &str) -> String {
+        self.key(&["seen", owner, session])
     }
 
     /// Records fragment ids already shown to a session (best effort).
-    pub async fn mark_seen(&self, tenant: &str, session: &str, ids: &[String], ttl: Duration) {
+    pub async fn mark_seen(&self, owner: &str, session: &str, ids: &[String], ttl: Duration) {
         if ids.is_empty() {
             return;
         }
-        let key = self.seen_key(tenant, session);
+        let key = self.seen_key(owner, session);
         let result: Result<(), _> = async {
             let _: () = self.client.sadd(&key, ids.to_vec()).await?;
             self.client
@@ -295,16 +295,60 @@ impl Cache {
         }
     }
 
+    /// Of `ids`, those not spread to in `scope` (tenant, key and session)
+    /// within `ttl`, marking them now. On a Redis failure every id counts as
+    /// new: deduplication is lost, activation is not.
+    pub async fn first_spread(&self, scope: &[&str], ids: &[String], ttl: Duration) -> Vec<String> {
+        let pipeline = self.client.pipeline();
+        let marked: Result<Vec<Value>, Error> = async {
+            for id in ids {
+                let mut parts = vec!["spread"];
+                parts.extend_from_slice(scope);
+                parts.push(id);
+                let _: () = pipeline
+                    .set(
+                        self.key(&parts),
+                        1,
+                        Some(Expiration::EX(ttl.as_secs().max(1) as i64)),
+                        Some(SetOptions::NX),
+                        false,
+                    )
+                    .await?;
+            }
+            pipeline.all().await
+        }
+        .await;
+        match marked {
+            Ok(replies) => ids
+                .iter()
+                .zip(replies)
+                .filter(|(_, reply)| !reply.is_null())
+                .map(|(id, _)| id.clone())
+                .collect(),
+            Err(error) => {
+                tracing::debug!(%error, "spread dedup failed");
+                ids.to_vec()
+            }
+        }
+    }
+
     /// Fragment ids already shown to a session; empty when unknown.
-    pub async fn seen(&self, tenant: &str, session: &str) -> std::collections::HashSet<String> {
+    pub async fn seen(&self, owner: &str, session: &str) -> std::collections::HashSet<String> {
         self.client
-            .smembers(self.seen_key(tenant, session))
+            .smembers(self.seen_key(owner, session))
             .await
             .unwrap_or_else(|error| {
                 tracing::debug!(%error, "seen-ids read failed");
                 std::collections::HashSet::new()
             })
     }
+}
+
+/// Who owns a session's working memory and seen ids: one API key of one
+/// tenant. A session id alone is not enough: another key of the same
+/// tenant that learned it must not read or fill that key's session.
+pub fn session_owner(tenant_id: impl std::fmt::Display, key_id: impl std::fmt::Display) -> String {
+    format!("{tenant_id}:{key_id}")
 }
 
 /// One item of a session's working memory.

@@ -245,6 +245,19 @@ pub struct RecallConfig {
     pub symbolic: SymbolicConfig,
     /// `None`: no reranking.
     pub reranker: Option<RerankerConfig>,
+    pub adaptive_floor: Option<AdaptiveFloor>,
+    pub spreading_activation: bool,
+    pub spreading_activation_step: f32,
+    pub spreading_activation_dedup: Duration,
+}
+
+/// Bounds of the adaptive similarity floor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdaptiveFloor {
+    pub start: f32,
+    pub min: f32,
+    pub max: f32,
+    pub min_samples: i32,
 }
 
 /// The optional external cross-encoder.
@@ -276,6 +289,10 @@ pub struct RememberConfig {
     pub working_memory_ttl: Duration,
     pub link_reconsolidation: bool,
     pub link_decay_interval: Duration,
+    /// Case verification moves its evidence's importance (CaseRewardBackprop).
+    pub case_reward_backprop: bool,
+    pub case_reward_passed: f32,
+    pub case_reward_failed: f32,
     /// Claims, polarity conflicts and policy rules of the symbolic layer.
     pub symbolic: SymbolicConfig,
 }
@@ -569,7 +586,42 @@ impl Config {
             co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
             symbolic: symbolic.clone(),
             reranker: None,
+            adaptive_floor: None,
+            spreading_activation: r.flag(settings::SPREADING_ACTIVATION),
+            spreading_activation_step: r.value(settings::SPREADING_ACTIVATION_STEP),
+            spreading_activation_dedup: Duration::from_secs(
+                r.value(settings::SPREADING_ACTIVATION_DEDUP_SECS),
+            ),
         };
+        let floor = AdaptiveFloor {
+            start: r.value(settings::ADAPTIVE_FLOOR_START),
+            min: r.value(settings::ADAPTIVE_FLOOR_MIN),
+            max: r.value(settings::ADAPTIVE_FLOOR_MAX),
+            min_samples: i32::try_from(r.positive(settings::ADAPTIVE_FLOOR_MIN_SAMPLES))
+                .unwrap_or(i32::MAX),
+        };
+        if !(-1.0 <= floor.min
+            && floor.min <= floor.start
+            && floor.start <= floor.max
+            && floor.max <= 1.0)
+        {
+            r.problem(format!(
+                "the adaptive floor needs -1 <= {} <= {} <= {} <= 1",
+                settings::ADAPTIVE_FLOOR_MIN.name,
+                settings::ADAPTIVE_FLOOR_START.name,
+                settings::ADAPTIVE_FLOOR_MAX.name
+            ));
+        }
+        let recall = RecallConfig {
+            adaptive_floor: r.flag(settings::ADAPTIVE_FLOOR).then_some(floor),
+            ..recall
+        };
+        if !(0.0..=1.0).contains(&recall.spreading_activation_step) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::SPREADING_ACTIVATION_STEP.name
+            ));
+        }
         let reranker = RerankerConfig {
             url: String::new(),
             api_key: r.raw(settings::RERANKER_API_KEY).map(Secret::new),
@@ -628,8 +680,19 @@ impl Config {
             working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),
             link_reconsolidation: r.flag(settings::LINK_RECONSOLIDATION),
             link_decay_interval: Duration::from_secs(r.value(settings::LINK_DECAY_INTERVAL_SECS)),
+            case_reward_backprop: r.flag(settings::CASE_REWARD_BACKPROP),
+            case_reward_passed: r.value(settings::CASE_REWARD_PASSED),
+            case_reward_failed: r.value(settings::CASE_REWARD_FAILED),
             symbolic: symbolic.clone(),
         };
+        for (setting, delta) in [
+            (settings::CASE_REWARD_PASSED, remember.case_reward_passed),
+            (settings::CASE_REWARD_FAILED, remember.case_reward_failed),
+        ] {
+            if !(0.0..=1.0).contains(&delta) {
+                r.problem(format!("{} must be between 0 and 1", setting.name));
+            }
+        }
         if !(0.0..=1.0).contains(&remember.quota_exact_ratio) {
             r.problem(format!(
                 "{} must be between 0 and 1",

@@ -112,6 +112,22 @@ settings! {
             "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
         QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),
             "How long query embeddings are cached in Redis (0 disables the cache).";
+        ADAPTIVE_FLOOR = "MNEME_ADAPTIVE_FLOOR", Some("false"),
+            "Learn a similarity floor for the vector layer per key, query type and hour of day (UTC) when a recall gives no `threshold`: after `MNEME_ADAPTIVE_FLOOR_MIN_SAMPLES` recalls, a bucket averaging under 1 result lowers its floor by 0.01 and one averaging over 8 raises it by 0.01. Off by default: on multilingual-e5-small unrelated texts still score about 0.7, above the whole default range, so the floor would learn nothing useful; turn it on for models whose similarities spread wider (e.g. OpenAI v3).";
+        ADAPTIVE_FLOOR_START = "MNEME_ADAPTIVE_FLOOR_START", Some("0.35"),
+            "Initial similarity floor of a new bucket.";
+        ADAPTIVE_FLOOR_MIN = "MNEME_ADAPTIVE_FLOOR_MIN", Some("0.10"),
+            "Lowest similarity floor the adaptation may reach.";
+        ADAPTIVE_FLOOR_MAX = "MNEME_ADAPTIVE_FLOOR_MAX", Some("0.60"),
+            "Highest similarity floor the adaptation may reach.";
+        ADAPTIVE_FLOOR_MIN_SAMPLES = "MNEME_ADAPTIVE_FLOOR_MIN_SAMPLES", Some("50"),
+            "Recalls a bucket needs before its learned floor applies and starts to move.";
+        SPREADING_ACTIVATION = "MNEME_SPREADING_ACTIVATION", Some("false"),
+            "Spreading activation: a recall's `contextText` warms up the fragments matching its keywords and their graph neighbours (activation +`MNEME_SPREADING_ACTIVATION_STEP`), after the answer, so `context` and decay favour what the agent is working around.";
+        SPREADING_ACTIVATION_STEP = "MNEME_SPREADING_ACTIVATION_STEP", Some("0.1"),
+            "Activation added to each fragment reached by spreading activation (activation is capped at 1).";
+        SPREADING_ACTIVATION_DEDUP_SECS = "MNEME_SPREADING_ACTIVATION_DEDUP_SECS", Some("600"),
+            "A fragment is warmed up at most once per session (or per key outside sessions) within this many seconds.";
         RERANKER_URL = "MNEME_RERANKER_URL", None,
             "Base URL of an external cross-encoder reranker with the text-embeddings-inference `/rerank` API (`POST {url}/rerank`, answering `[{index, score}]` or `{scores: [...]}`). Unset: no reranking (the default; on the bilingual benchmark an English-only cross-encoder lowered Korean recall). Set by the operator, never by a tenant.";
         RERANKER_API_KEY = "MNEME_RERANKER_API_KEY", None,
@@ -154,6 +170,12 @@ settings! {
             "`tool_feedback` naming fragments reinforces (relevant) or decays (not relevant) the links among them; every change is audited in `link_reconsolidations`.";
         LINK_DECAY_INTERVAL_SECS = "MNEME_LINK_DECAY_INTERVAL_SECS", Some("60"),
             "A link is decayed by feedback at most once per this many seconds, so a burst of negative feedback cannot erase it.";
+        CASE_REWARD_BACKPROP = "MNEME_CASE_REWARD_BACKPROP", Some("false"),
+            "When a case is verified (`amend` sets `assertionStatus` to `verified` or `rejected` on a fragment with a case id), adjust the importance of the fragments that produced the case's events: the evidence that led to a fix that held gains, the evidence behind a failed one loses.";
+        CASE_REWARD_PASSED = "MNEME_CASE_REWARD_PASSED", Some("0.15"),
+            "Importance added to a case's evidence fragments when the case is verified (clamped to 1).";
+        CASE_REWARD_FAILED = "MNEME_CASE_REWARD_FAILED", Some("0.10"),
+            "Importance taken from a case's evidence fragments when its verification fails (clamped to 0).";
         WORKING_MEMORY_TOKENS = "MNEME_WORKING_MEMORY_TOKENS", Some("500"),
             "Estimated tokens a session's working memory (`remember` with `scope: session`) keeps; the oldest items go first.";
         WORKING_MEMORY_TTL_SECS = "MNEME_WORKING_MEMORY_TTL_SECS", Some("86400"),

@@ -148,6 +148,8 @@ impl ErrorCode {
             // MCP's "resource not found".
             ErrorCode::NotFound => -32002,
             ErrorCode::Unauthenticated => -32001,
+            // Server-defined range: a refusal is not an "Internal error".
+            ErrorCode::PermissionDenied => -32003,
             _ => -32603,
         }
     }

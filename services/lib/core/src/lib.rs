@@ -4,9 +4,12 @@
 //!
 //! Layout:
 //! - [`api_key`]: the API key format, generation and verification.
+//! - [`claims`]: rule-based claim extraction (subject, predicate, object,
+//!   polarity) for the symbolic layer.
 //! - [`error`]: [`ErrorCode`] and its single mapping to HTTP, gRPC and JSON-RPC.
 //! - [`principal`]: the authenticated caller and its permissions.
 //! - [`fragment`]: fragment types, tiers, limits and [`fragment::prepare`].
+//! - [`policy`]: the symbolic layer's policy rules for writes.
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
 //! - [`redact`]: secret and PII redaction.
 //! - [`scoring`]: Reciprocal Rank Fusion and the final score.
@@ -14,8 +17,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api_key;
+pub mod claims;
 pub mod error;
 pub mod fragment;
+pub mod policy;
 pub mod principal;
 pub mod redact;
 pub mod scoring;

@@ -93,6 +93,42 @@ pub async fn append(tx: &TenantTx<'_>, event: &NewEvent<'_>) -> Result<Uuid> {
     Ok(id)
 }
 
+/// CaseRewardBackprop: moves the importance of the live fragments of
+/// `owner` that are evidence of the case's events (written by
+/// `reader_keys`) by `delta`, clamped to 0–1, in one statement (no
+/// read-modify-write race). `verifier` — the fragment whose verification
+/// triggered this — is left alone. Returns how many fragments moved.
+pub async fn reward_evidence(
+    tx: &TenantTx<'_>,
+    owner: Uuid,
+    reader_keys: &[Uuid],
+    case_id: &str,
+    verifier: Uuid,
+    delta: f32,
+) -> Result<u64> {
+    let moved = tx
+        .execute(
+            "UPDATE mneme.fragments f
+                SET importance = LEAST(1.0, GREATEST(0.0, f.importance + $6))
+               FROM (SELECT DISTINCT e.fragment_id
+                       FROM mneme.fragment_evidence e
+                       JOIN mneme.case_events c ON c.tenant_id = e.tenant_id AND c.id = e.event_id
+                      WHERE c.tenant_id = $1 AND c.case_id = $3 AND c.key_id = ANY($4)) evidence
+              WHERE f.tenant_id = $1 AND f.id = evidence.fragment_id AND f.key_id = $2
+                AND f.id <> $5 AND f.valid_to IS NULL",
+            &[
+                &tx.tenant_id(),
+                &owner,
+                &case_id,
+                &reader_keys,
+                &verifier,
+                &delta,
+            ],
+        )
+        .await?;
+    Ok(moved)
+}
+
 pub async fn add_edge(
     tx: &TenantTx<'_>,
     from: Uuid,

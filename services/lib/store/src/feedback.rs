@@ -101,36 +101,65 @@ pub async fn adjust_activation(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// A change feedback makes to the links among fragments.
+/// A change made to the links among fragments (link reconsolidation).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkLesson {
-    /// `reinforce` or `decay`, as audited.
+    /// `reinforce`, `decay`, `quarantine`, `restore` or `soft_delete`, as
+    /// audited.
     pub action: &'static str,
     pub weight_delta: f32,
     pub confidence_delta: f32,
 }
 
 impl LinkLesson {
+    /// Useful together (positive feedback). Skips quarantined links: they
+    /// need a [`Self::RESTORE`] first.
     pub const REINFORCE: Self = Self {
         action: "reinforce",
         weight_delta: 0.2,
         confidence_delta: 0.05,
     };
+    /// Not useful together (negative feedback); rate-limited.
     pub const DECAY: Self = Self {
         action: "decay",
         weight_delta: -0.15,
         confidence_delta: -0.1,
     };
+    /// Suspect (the ends contradict each other): weakened and hidden from
+    /// the graph layer; rate-limited like decay.
+    pub const QUARANTINE: Self = Self {
+        action: "quarantine",
+        weight_delta: -0.3,
+        confidence_delta: -0.1,
+    };
+    /// A quarantined link proved useful after all.
+    pub const RESTORE: Self = Self {
+        action: "restore",
+        weight_delta: 0.3,
+        confidence_delta: 0.05,
+    };
+    /// Removes a link whose weight has reached zero (kept for the audit
+    /// trail, invisible everywhere).
+    pub const SOFT_DELETE: Self = Self {
+        action: "soft_delete",
+        weight_delta: 0.0,
+        confidence_delta: 0.0,
+    };
 }
 
 /// Applies `lesson` to every active link whose both ends are among `ids`
-/// (weight clamped to 0–2, confidence to 0–1) and audits each change. A
-/// link decayed within `decay_interval` is not decayed again. Returns the
+/// and whose relation is one of `relations` (all when empty): weight
+/// clamped to 0–2, confidence to 0–1, quarantine state set by `quarantine`
+/// and `restore`, every change audited. A link decayed or quarantined within
+/// `decay_interval` is not decayed or quarantined again; `reinforce` skips
+/// quarantined links and `restore` touches only them. Links the lesson
+/// leaves at weight 0 are then soft-deleted (audited too). Returns the
 /// number of links changed.
 pub async fn reconsolidate_links(
     tx: &TenantTx<'_>,
     key_id: Uuid,
     ids: &[Uuid],
+    relations: &[&str],
     lesson: LinkLesson,
     reason: &str,
     decay_interval: Duration,
@@ -138,23 +167,35 @@ pub async fn reconsolidate_links(
     if ids.len() < 2 {
         return Ok(0);
     }
-    Ok(tx
+    let changed = tx
         .execute(
             "WITH targets AS (
                  SELECT l.from_id, l.to_id, l.relation_type, l.weight, l.confidence
                    FROM mneme.fragment_links l
                   WHERE l.tenant_id = $1 AND l.from_id = ANY($2) AND l.to_id = ANY($2)
                     AND l.deleted_at IS NULL
-                    AND ($3 = 'reinforce' OR NOT EXISTS (
-                        SELECT FROM mneme.link_reconsolidations r
-                         WHERE r.tenant_id = $1 AND r.from_id = l.from_id AND r.to_id = l.to_id
-                           AND r.relation_type = l.relation_type AND r.action = 'decay'
-                           AND r.created_at > now() - make_interval(secs => $6)))
+                    AND (cardinality($9::text[]) = 0 OR l.relation_type = ANY($9))
+                    AND CASE $3
+                        WHEN 'reinforce' THEN l.quarantine_state IS DISTINCT FROM 'soft'
+                        WHEN 'restore' THEN l.quarantine_state = 'soft'
+                        WHEN 'soft_delete' THEN true
+                        ELSE ($3 <> 'quarantine' OR l.quarantine_state IS DISTINCT FROM 'soft')
+                             AND NOT EXISTS (
+                                 SELECT FROM mneme.link_reconsolidations r
+                                  WHERE r.tenant_id = $1 AND r.from_id = l.from_id
+                                    AND r.to_id = l.to_id AND r.relation_type = l.relation_type
+                                    AND r.action IN ('decay', 'quarantine')
+                                    AND r.created_at > now() - make_interval(secs => $6))
+                        END
                     FOR UPDATE OF l),
              changed AS (
                  UPDATE mneme.fragment_links l
                     SET weight = LEAST(2.0, GREATEST(0.0, t.weight + $4)),
-                        confidence = LEAST(1.0, GREATEST(0.0, t.confidence + $5))
+                        confidence = LEAST(1.0, GREATEST(0.0, t.confidence + $5)),
+                        quarantine_state = CASE $3 WHEN 'quarantine' THEN 'soft'
+                                                   WHEN 'restore' THEN 'released'
+                                                   ELSE l.quarantine_state END,
+                        deleted_at = CASE WHEN $3 = 'soft_delete' THEN now() ELSE l.deleted_at END
                    FROM targets t
                   WHERE l.tenant_id = $1 AND l.from_id = t.from_id AND l.to_id = t.to_id
                     AND l.relation_type = t.relation_type
@@ -176,7 +217,29 @@ pub async fn reconsolidate_links(
                 &decay_interval.as_secs_f64(),
                 &reason,
                 &key_id,
+                &relations,
             ],
         )
-        .await?)
+        .await?;
+    if lesson.weight_delta < 0.0 && changed > 0 {
+        // Nothing weighs a zero-weight link back up; remove it from view.
+        let exhausted: Vec<Uuid> = ids.to_vec();
+        tx.execute(
+            "WITH gone AS (
+                 UPDATE mneme.fragment_links l
+                    SET deleted_at = now()
+                  WHERE l.tenant_id = $1 AND l.from_id = ANY($2) AND l.to_id = ANY($2)
+                    AND l.deleted_at IS NULL AND l.weight <= 0
+                 RETURNING l.from_id, l.to_id, l.relation_type, l.weight, l.confidence)
+             INSERT INTO mneme.link_reconsolidations
+                 (tenant_id, from_id, to_id, relation_type, action, old_weight, new_weight,
+                  old_confidence, new_confidence, reason, key_id)
+             SELECT $1, from_id, to_id, relation_type, 'soft_delete', weight, weight,
+                    confidence, confidence, $3, $4
+               FROM gone",
+            &[&tx.tenant_id(), &exhausted, &reason, &key_id],
+        )
+        .await?;
+    }
+    Ok(changed)
 }

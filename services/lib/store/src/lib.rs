@@ -5,9 +5,10 @@
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
 //! - One repository module per table or family of tables: [`tenants`],
 //!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
-//!   [`cases`] (events, edges, evidence), [`search_events`], [`feedback`]
-//!   (tool and task feedback, link reconsolidation); [`stats`] aggregates
-//!   them read-only.
+//!   [`cases`] (events, edges, evidence), [`search_events`],
+//!   [`search_thresholds`] (the adaptive similarity floor), [`feedback`]
+//!   (tool and task feedback, link reconsolidation), [`claims`] (the
+//!   symbolic layer's claims); [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
 //! transaction that has set `mneme.tenant_id` (so row-level security
@@ -18,12 +19,14 @@
 
 pub mod api_keys;
 pub mod cases;
+pub mod claims;
 pub mod feedback;
 pub mod fragments;
 pub mod key_groups;
 pub mod links;
 pub mod migrate;
 pub mod search_events;
+pub mod search_thresholds;
 pub mod stats;
 pub mod tenants;
 pub mod versions;

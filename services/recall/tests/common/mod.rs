@@ -127,10 +127,24 @@ impl Harness {
             .unwrap()
     }
 
+    /// Embeds every fragment of the tenant. The worker skips rows another
+    /// transaction holds (the access tracking after a recall), so it drains
+    /// until nothing is left rather than once.
     pub(crate) async fn embed_all(&self) {
-        self.worker
-            .drain_tenant(self.tenant.tenant_id, &CancellationToken::new())
-            .await
-            .unwrap();
+        for _ in 0..100 {
+            self.worker
+                .drain_tenant(self.tenant.tenant_id, &CancellationToken::new())
+                .await
+                .unwrap();
+            let pending = self
+                .db
+                .count_in_tenant(self.tenant.tenant_id, "embedding IS NULL")
+                .await;
+            if pending == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("fragments stayed unembedded");
     }
 }
