@@ -104,6 +104,16 @@ pub struct Mcp<H: ClientHandler = ()> {
     pub client: RunningService<RoleClient, H>,
 }
 
+/// The ids of a `recall` result's fragments, in order.
+pub fn fragment_ids(recalled: &Value) -> Vec<String> {
+    recalled["fragments"]
+        .as_array()
+        .expect("fragments")
+        .iter()
+        .map(|f| f["id"].as_str().expect("an id").to_owned())
+        .collect()
+}
+
 impl<H: ClientHandler> std::fmt::Debug for Mcp<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Mcp")
@@ -151,6 +161,18 @@ impl<H: ClientHandler> Mcp<H> {
             .clone();
         assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
         structured
+    }
+
+    /// Stores a new memory that must be created; returns its id.
+    pub async fn remember_new(&self, content: &str, topic: &str, kind: &str) -> String {
+        let stored = self
+            .ok(
+                "remember",
+                serde_json::json!({"content": content, "topic": topic, "type": kind}),
+            )
+            .await;
+        assert_eq!(stored["outcome"], "created", "{stored}");
+        stored["id"].as_str().expect("an id").to_owned()
     }
 
     /// Calls a tool that must fail as a tool error; returns the error text.

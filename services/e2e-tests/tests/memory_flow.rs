@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use mneme_core::Permission;
-use mneme_e2e_tests::{Mcp, Stack};
+use mneme_e2e_tests::{Mcp, Stack, fragment_ids as ids};
 use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use serde_json::{Value, json};
 
@@ -30,23 +30,7 @@ async fn wait_for_embeddings(stack: &Stack, tenant_id: uuid::Uuid) {
 }
 
 async fn remember(mcp: &Mcp, content: &str, topic: &str, kind: &str) -> String {
-    let result = mcp
-        .ok(
-            "remember",
-            json!({"content": content, "topic": topic, "type": kind}),
-        )
-        .await;
-    assert_eq!(result["outcome"], "created", "{result}");
-    result["id"].as_str().unwrap().to_owned()
-}
-
-fn ids(recalled: &Value) -> Vec<String> {
-    recalled["fragments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["id"].as_str().unwrap().to_owned())
-        .collect()
+    mcp.remember_new(content, topic, kind).await
 }
 
 #[tokio::test]

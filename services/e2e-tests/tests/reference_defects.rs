@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use mneme_config::Config;
 use mneme_core::Permission;
-use mneme_e2e_tests::{Mcp, Stack};
+use mneme_e2e_tests::{Mcp, Stack, fragment_ids as ids};
 use mneme_test_support::{ALL_PERMISSIONS, TestTenant, create_tenant};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
@@ -136,23 +136,7 @@ async fn add_key(stack: &Stack, tenant: Uuid, name: &str, permissions: &[&str]) 
 }
 
 async fn remember(mcp: &Mcp, content: &str, topic: &str) -> String {
-    let stored = mcp
-        .ok(
-            "remember",
-            json!({"content": content, "topic": topic, "type": "fact"}),
-        )
-        .await;
-    assert_eq!(stored["outcome"], "created", "{stored}");
-    stored["id"].as_str().unwrap().to_owned()
-}
-
-fn ids(recalled: &Value) -> Vec<String> {
-    recalled["fragments"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["id"].as_str().unwrap().to_owned())
-        .collect()
+    mcp.remember_new(content, topic, "fact").await
 }
 
 /// The `{"error": {...}}` body of a tool error.
@@ -813,6 +797,15 @@ async fn a_cursor_over_mcp_walks_every_result_exactly_once() {
         )
         .await;
     }
+    // Pages are stable for a fixed index; an embedding landing between two
+    // pages would add the vector layer mid-walk and reorder the results.
+    eventually("every fragment is embedded", || {
+        let pending = stack
+            .db
+            .count_in_tenant(acme.tenant_id, "embedding IS NULL");
+        async move { pending.await == 0 }
+    })
+    .await;
     let mut cursor: Option<String> = None;
     let mut seen = Vec::new();
     let mut pages = 0;
