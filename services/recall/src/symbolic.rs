@@ -18,15 +18,31 @@
 //! it cannot fail or slow a recall noticeably.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use mneme_config::SymbolicConfig;
 use mneme_proto::v1::RecalledFragment;
 use mneme_store::fragments::Fragment;
+use mneme_telemetry::metrics::register;
+use prometheus::{IntCounterVec, Opts};
 use uuid::Uuid;
 
 use crate::query::Query;
 use crate::rank::Page;
+
+static CBR_FILTERED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_symbolic_recall_filtered_total",
+                "Results the case-based-reasoning eligibility filter removed, by reason.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric"),
+    )
+});
 
 /// Activation from which recent use explains a result.
 const ACTIVE_EMA: f32 = 0.5;
@@ -97,6 +113,7 @@ impl Signals {
                 .retain(|fragment| match self.ineligibility(fragment) {
                     None => true,
                     Some(reason) => {
+                        CBR_FILTERED.with_label_values(&[reason]).inc();
                         tracing::debug!(phase = "cbr", reason, "symbolic gate removed a result");
                         false
                     }

@@ -274,6 +274,7 @@ impl RememberServer {
             .iter()
             .filter(|s| s.outcome == WriteOutcome::Created)
             .count() as u32;
+        self.spawn_claim_storage(principal, &new_fragments);
         self.after_commit(principal, created, new_fragments).await;
         let mut breakdown: Vec<CountByName> = Vec::new();
         for name in &names {

@@ -21,6 +21,7 @@
 //! to the soft gate).
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use mneme_core::claims::{self, Claim, RULE_EXTRACTOR};
 use mneme_core::policy::{self, PolicyInput};
@@ -28,6 +29,8 @@ use mneme_core::{Error, Principal, Result};
 use mneme_proto::v1::Conflict;
 use mneme_store::TenantTx;
 use mneme_store::claims::{self as claim_store, ClaimRow, ConflictScope, Provenance};
+use mneme_telemetry::metrics::register;
+use prometheus::{IntCounterVec, Opts};
 use uuid::Uuid;
 
 use crate::RememberServer;
@@ -40,6 +43,32 @@ const MIN_CONFLICT_CONFIDENCE: f32 = 0.5;
 const MAX_REPORTED: usize = 5;
 /// Characters of a conflicting fragment shown, as for lexical conflicts.
 const PREVIEW_CHARS: usize = 100;
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+}
+
+static CLAIMS_EXTRACTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter(
+        "mneme_symbolic_claims_extracted_total",
+        "Claims extracted from stored memories, by extractor and polarity.",
+        &["extractor", "polarity"],
+    )
+});
+static WARNINGS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter(
+        "mneme_symbolic_warnings_total",
+        "Symbolic warnings on remember (policy violations, claim conflicts), by rule and severity.",
+        &["rule", "severity"],
+    )
+});
+static GATE_BLOCKS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    counter(
+        "mneme_symbolic_gate_blocks_total",
+        "Writes refused by a key's symbolic hard gate, by phase.",
+        &["phase"],
+    )
+});
 
 fn rows(claims: &[Claim]) -> Vec<ClaimRow<'_>> {
     claims
@@ -79,6 +108,9 @@ impl RememberServer {
         }
         let described: Vec<String> = violations.iter().map(|v| v.describe()).collect();
         for violation in &violations {
+            WARNINGS
+                .with_label_values(&[violation.rule, violation.severity])
+                .inc();
             tracing::info!(
                 rule = violation.rule,
                 severity = violation.severity,
@@ -88,6 +120,7 @@ impl RememberServer {
         }
         match self.hard_gate(principal).await {
             Ok(true) => {
+                GATE_BLOCKS.with_label_values(&["remember"]).inc();
                 tracing::info!(
                     tenant.id = %principal.tenant_id,
                     phase = "remember",
@@ -167,6 +200,67 @@ impl RememberServer {
         self.report(write, &extracted, found, conflicts, warnings);
     }
 
+    /// Stores the claims of fragments written in bulk (`batch_remember`,
+    /// `reflect`) in the background, so later writes can be checked against
+    /// them. Bulk writes report no polarity conflicts of their own: their
+    /// per-item results stay as they are. Failures are logged only.
+    pub(crate) fn spawn_claim_storage(&self, principal: &Principal, created: &[(Uuid, Write)]) {
+        let symbolic = &self.settings.symbolic;
+        if !symbolic.stores_claims() || created.is_empty() {
+            return;
+        }
+        let contents: Vec<(Uuid, String)> = created
+            .iter()
+            .map(|(id, write)| (*id, write.fragment.content.clone()))
+            .collect();
+        let (server, principal) = (self.clone(), principal.clone());
+        tokio::spawn(async move {
+            let timeout = server.settings.symbolic.timeout * contents.len().max(1) as u32;
+            let step = server.store_claims_of(&principal, &contents);
+            match tokio::time::timeout(timeout, step).await {
+                Ok(Ok(stored)) => tracing::debug!(stored, "symbolic claims of a bulk write stored"),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "storing the claims of a bulk write failed")
+                }
+                Err(_) => tracing::warn!("storing the claims of a bulk write timed out"),
+            }
+        });
+    }
+
+    async fn store_claims_of(
+        &self,
+        principal: &Principal,
+        contents: &[(Uuid, String)],
+    ) -> Result<u64> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let mut stored = 0;
+        for (id, content) in contents {
+            let extracted = claims::extract(content);
+            if extracted.is_empty() {
+                continue;
+            }
+            for claim in &extracted {
+                CLAIMS_EXTRACTED
+                    .with_label_values(&[RULE_EXTRACTOR, claim.polarity.as_str()])
+                    .inc();
+            }
+            stored += claim_store::insert(
+                &tx,
+                principal.key_id,
+                *id,
+                &rows(&extracted),
+                Provenance {
+                    extractor: RULE_EXTRACTOR,
+                    rule_version: &self.settings.symbolic.rule_version,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(stored)
+    }
+
     /// The database part of [`Self::analyse_claims`], in one transaction.
     async fn store_and_compare(
         &self,
@@ -192,6 +286,9 @@ impl RememberServer {
             )
             .await?;
             for claim in extracted {
+                CLAIMS_EXTRACTED
+                    .with_label_values(&[RULE_EXTRACTOR, claim.polarity.as_str()])
+                    .inc();
                 tracing::debug!(
                     extractor = RULE_EXTRACTOR,
                     polarity = claim.polarity.as_str(),
@@ -231,6 +328,9 @@ impl RememberServer {
             return;
         }
         let severity = claims::conflict_severity(found.len());
+        WARNINGS
+            .with_label_values(&["claim_conflict", severity])
+            .inc();
         tracing::info!(
             rule = "claim_conflict",
             severity,

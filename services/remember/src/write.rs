@@ -728,6 +728,7 @@ impl RememberServer {
                     error: None,
                 });
             }
+            self.spawn_claim_storage(principal, &new_fragments);
             self.after_commit(principal, created, new_fragments).await;
         }
         results.sort_by_key(|r| r.index);

@@ -453,3 +453,42 @@ async fn a_broken_symbolic_step_does_not_fail_remember() {
         1
     );
 }
+
+#[tokio::test]
+async fn claims_of_batch_writes_are_stored_so_later_writes_conflict_with_them() {
+    let h = start(symbolic_on()).await;
+    let who = h.principal();
+    let batch = h
+        .server
+        .batch_remember(
+            &who,
+            mneme_proto::v1::BatchRememberRequest {
+                items: vec![
+                    memory("fact", "Bob drinks tea."),
+                    memory("fact", "The cache uses Redis."),
+                ],
+                ..Default::default()
+            },
+            |_| {},
+        )
+        .await
+        .unwrap();
+    let tea = batch.results[0].id.clone().expect("stored");
+    // Stored in the background, after the batch's own commit.
+    let mut stored = 0;
+    for _ in 0..100 {
+        stored = h
+            .claims(h.tenant.tenant_id, &format!("fragment_id = '{tea}'"))
+            .await;
+        if stored > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(stored > 0, "the batch item's claims are stored");
+
+    let denial = h.remember(&who, "fact", "Bob never drinks tea").await;
+    let conflicts = claim_conflicts(&denial);
+    assert_eq!(conflicts.len(), 1, "{:?}", denial.warnings);
+    assert!(conflicts[0].contains(&tea), "{}", conflicts[0]);
+}
