@@ -133,7 +133,7 @@ async fn an_agent_remembers_recalls_by_meaning_in_english_and_korean_and_forgets
         .await;
     assert_eq!(
         english["layers"],
-        json!(["vector", "fulltext", "keyword"]),
+        json!(["vector", "fulltext"]),
         "{english:#}"
     );
     assert_eq!(ids(&english)[0], espresso, "{english:#}");

@@ -255,10 +255,18 @@ async fn recall_returns_results_in_the_order_of_their_final_score() {
         )
         .await;
     }
+    eventually("every fragment is embedded", || {
+        let pending = stack
+            .db
+            .count_in_tenant(acme.tenant_id, "embedding IS NULL");
+        async move { pending.await == 0 }
+    })
+    .await;
     let recalled = mcp
         .ok(
             "recall",
-            json!({"text": "nightly orders database backup job", "limit": 10}),
+            json!({"text": "nightly orders database backup job", "keywords": ["nightly"],
+                   "limit": 10}),
         )
         .await;
     let scores: Vec<f64> = recalled["fragments"]

@@ -270,6 +270,52 @@ impl RecallServer {
         })
     }
 
+    /// The vector layer's hits, best first. With query expansion on, the
+    /// query vector is blended with the mean of the best hits and searched
+    /// again (pseudo-relevance feedback): a short or oddly worded query then
+    /// also finds what its best matches are near. Scores stay the
+    /// similarity to the original query where known.
+    async fn vector_layer(
+        &self,
+        tx: &TenantTx<'_>,
+        query: &Query,
+        embedding: &Vector,
+        limit: i64,
+    ) -> Result<Vec<Hit>> {
+        let scope = query.scope();
+        let model = self.embedder.model_id();
+        let ef_search = self.settings.hnsw_ef_search;
+        let hits = fragments::vector_search(tx, &scope, embedding, model, ef_search, limit).await?;
+        let expansion = self.settings.expansion_hits;
+        if expansion == 0 || hits.is_empty() {
+            return Ok(hits);
+        }
+        let best: Vec<Uuid> = hits.iter().take(expansion).map(|h| h.id).collect();
+        let neighbours = fragments::embeddings(tx, &query.key_ids, &best, model).await?;
+        if neighbours.is_empty() {
+            return Ok(hits);
+        }
+        let weight = self.settings.expansion_query_weight;
+        let mut blended: Vec<f32> = embedding.as_slice().iter().map(|x| x * weight).collect();
+        let share = (1.0 - weight) / neighbours.len() as f32;
+        for neighbour in &neighbours {
+            for (b, x) in blended.iter_mut().zip(neighbour.as_slice()) {
+                *b += x * share;
+            }
+        }
+        mneme_embed::normalize(&mut blended);
+        let original: HashMap<Uuid, f32> = hits.iter().map(|h| (h.id, h.score)).collect();
+        let mut expanded =
+            fragments::vector_search(tx, &scope, &Vector::from(blended), model, ef_search, limit)
+                .await?;
+        for hit in &mut expanded {
+            if let Some(score) = original.get(&hit.id) {
+                hit.score = *score;
+            }
+        }
+        Ok(expanded)
+    }
+
     /// Runs the layers, fuses them and loads the candidates. Vector hits
     /// below `vector_floor` (the adaptive similarity floor) are dropped.
     async fn search(
@@ -312,18 +358,11 @@ impl RecallServer {
         let (fulltext, keyword) = lexical?;
         let vector = match &embedding {
             Some(embedding) => Some(
-                fragments::vector_search(
-                    tx,
-                    &scope,
-                    embedding,
-                    self.embedder.model_id(),
-                    self.settings.hnsw_ef_search,
-                    limit,
-                )
-                .await?
-                .into_iter()
-                .filter(|hit| vector_floor.is_none_or(|floor| hit.score >= floor))
-                .collect::<Vec<_>>(),
+                self.vector_layer(tx, query, embedding, limit)
+                    .await?
+                    .into_iter()
+                    .filter(|hit| vector_floor.is_none_or(|floor| hit.score >= floor))
+                    .collect::<Vec<_>>(),
             ),
             None => None,
         };

@@ -36,7 +36,8 @@ async fn fresh_fragments_are_found_by_full_text_before_their_embedding_exists() 
         .await;
     let response = h.recall(text("how often are card payments retried?")).await;
     assert_eq!(ids(&response), vec![id.as_str()]);
-    assert_eq!(response.layers, vec!["vector", "fulltext", "keyword"]);
+    // The keyword layer runs on the request's keywords only.
+    assert_eq!(response.layers, vec!["vector", "fulltext"]);
     assert!(
         response.fragments[0]
             .matched_by
@@ -251,7 +252,12 @@ async fn recall_degrades_to_the_lexical_layers_when_the_embedder_is_down() {
             Default::default(),
         )
         .await;
-    let response = h.recall(text("expired certificate incident")).await;
+    let response = h
+        .recall(RecallRequest {
+            keywords: vec!["tls".into()],
+            ..text("expired certificate incident")
+        })
+        .await;
     assert_eq!(response.layers, vec!["fulltext", "keyword"]);
     assert_eq!(ids(&response), vec![id.as_str()]);
 }

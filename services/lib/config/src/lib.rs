@@ -246,6 +246,9 @@ pub struct RecallConfig {
     /// `None`: no reranking.
     pub reranker: Option<RerankerConfig>,
     pub adaptive_floor: Option<AdaptiveFloor>,
+    /// Best vector hits blended into the query vector (0: no expansion).
+    pub expansion_hits: usize,
+    pub expansion_query_weight: f32,
     pub spreading_activation: bool,
     pub spreading_activation_step: f32,
     pub spreading_activation_dedup: Duration,
@@ -587,6 +590,8 @@ impl Config {
             symbolic: symbolic.clone(),
             reranker: None,
             adaptive_floor: None,
+            expansion_hits: r.value(settings::QUERY_EXPANSION_HITS),
+            expansion_query_weight: r.value(settings::QUERY_EXPANSION_QUERY_WEIGHT),
             spreading_activation: r.flag(settings::SPREADING_ACTIVATION),
             spreading_activation_step: r.value(settings::SPREADING_ACTIVATION_STEP),
             spreading_activation_dedup: Duration::from_secs(
@@ -616,6 +621,12 @@ impl Config {
             adaptive_floor: r.flag(settings::ADAPTIVE_FLOOR).then_some(floor),
             ..recall
         };
+        if !(0.0..=1.0).contains(&recall.expansion_query_weight) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::QUERY_EXPANSION_QUERY_WEIGHT.name
+            ));
+        }
         if !(0.0..=1.0).contains(&recall.spreading_activation_step) {
             r.problem(format!(
                 "{} must be between 0 and 1",

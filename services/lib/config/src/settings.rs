@@ -99,7 +99,7 @@ settings! {
         RECALL_FULLTEXT_WEIGHT = "MNEME_RECALL_FULLTEXT_WEIGHT", Some("1.0"),
             "Weight of the full-text layer in the fusion; 0 turns the layer off.";
         RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),
-            "Weight of the keyword layer (exact matches of stored keywords) in the fusion; 0 turns the layer off.";
+            "Weight of the keyword layer (stored keywords matching the request's `keywords`; keywords are not extracted from `text`, which the full-text layer already covers) in the fusion; 0 turns the layer off.";
         RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0.5"),
             "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off. Lower than the direct layers: a neighbour of a match is supporting evidence, not a match.";
         RECALL_GRAPH_SEEDS = "MNEME_RECALL_GRAPH_SEEDS", Some("10"),
@@ -112,6 +112,10 @@ settings! {
             "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
         QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),
             "How long query embeddings are cached in Redis (0 disables the cache).";
+        QUERY_EXPANSION_HITS = "MNEME_QUERY_EXPANSION_HITS", Some("0"),
+            "Pseudo-relevance feedback for the vector layer: the query vector is blended with the mean of this many best vector hits and the layer searched again (0 turns it off).";
+        QUERY_EXPANSION_QUERY_WEIGHT = "MNEME_QUERY_EXPANSION_QUERY_WEIGHT", Some("0.7"),
+            "Share of the original query vector in the blended vector of query expansion (the rest is the mean of the best hits).";
         ADAPTIVE_FLOOR = "MNEME_ADAPTIVE_FLOOR", Some("false"),
             "Learn a similarity floor for the vector layer per key, query type and hour of day (UTC) when a recall gives no `threshold`: after `MNEME_ADAPTIVE_FLOOR_MIN_SAMPLES` recalls, a bucket averaging under 1 result lowers its floor by 0.01 and one averaging over 8 raises it by 0.01. Off by default: on multilingual-e5-small unrelated texts still score about 0.7, above the whole default range, so the floor would learn nothing useful; turn it on for models whose similarities spread wider (e.g. OpenAI v3).";
         ADAPTIVE_FLOOR_START = "MNEME_ADAPTIVE_FLOOR_START", Some("0.35"),

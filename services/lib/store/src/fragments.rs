@@ -352,8 +352,29 @@ pub async fn vector_search(
         )
         .await?;
     let mut hits = hits(rows);
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    // Ties broken by id: the order rows come back in changes as rows are
+    // rewritten, and equal scores must not reorder pages between calls.
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
     Ok(hits)
+}
+
+/// The stored embeddings of `ids` that were computed by `model`, readable
+/// by `key_ids` (for query expansion from the best vector hits).
+pub async fn embeddings(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    ids: &[Uuid],
+    model: &str,
+) -> Result<Vec<Vector>> {
+    let rows = tx
+        .query(
+            "SELECT embedding FROM mneme.fragments
+              WHERE tenant_id = $1 AND id = ANY($2) AND key_id = ANY($3)
+                AND embedding IS NOT NULL AND embedding_model = $4",
+            &[&tx.tenant_id(), &ids, &key_ids, &model],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
 }
 
 /// Relations the graph layer follows: the ones that say two memories are
@@ -366,7 +387,9 @@ const GRAPH_RELATIONS: &str = "'caused_by', 'resolved_by', 'related', 'part_of'"
 /// Fragments one link away from `seeds` that are themselves in scope,
 /// scored by link weight times how telling the relation is, ties broken by
 /// how many seeds they touch, then by id (so a ranking is reproducible).
-/// Quarantined and deleted links do not count.
+/// Quarantined and deleted links do not count, nor links made after the
+/// scope's `created_before` snapshot (later pages of a cursor see the graph
+/// as the first page did).
 pub async fn graph_neighbors(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
@@ -384,12 +407,14 @@ pub async fn graph_neighbors(
                       WHERE l.tenant_id = $1 AND l.from_id = ANY($19)
                         AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
                         AND l.relation_type IN ({GRAPH_RELATIONS})
+                        AND ($17::timestamptz IS NULL OR l.created_at <= $17)
                      UNION ALL
                      SELECT l.from_id, l.relation_type, l.weight
                        FROM mneme.fragment_links l
                       WHERE l.tenant_id = $1 AND l.to_id = ANY($19)
                         AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
-                        AND l.relation_type IN ({GRAPH_RELATIONS})),
+                        AND l.relation_type IN ({GRAPH_RELATIONS})
+                        AND ($17::timestamptz IS NULL OR l.created_at <= $17)),
                  scored AS (
                      SELECT id, max(weight * CASE relation_type
                                 WHEN 'caused_by' THEN 1.5 WHEN 'resolved_by' THEN 1.5
@@ -425,7 +450,7 @@ pub async fn fulltext_search(
                 "SELECT id, ts_rank(search_tsv, q, 1) AS rank
                    FROM mneme.fragments f, CAST($19::text AS tsquery) AS q
                   WHERE {SCOPE} AND search_tsv @@ q
-                  ORDER BY rank DESC, importance DESC, created_at DESC
+                  ORDER BY rank DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
             &scope.params(&tx.tenant_id(), &[&tsquery, &limit]),
@@ -449,7 +474,7 @@ pub async fn keyword_search(
                                           SELECT unnest($19::text[])))::real AS overlap
                    FROM mneme.fragments f
                   WHERE {SCOPE} AND keywords && $19
-                  ORDER BY overlap DESC, importance DESC, created_at DESC
+                  ORDER BY overlap DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
             &scope.params(&tx.tenant_id(), &[&keywords, &limit]),
@@ -465,7 +490,7 @@ pub async fn recent(tx: &TenantTx<'_>, scope: &SearchScope<'_>, limit: i64) -> R
             &format!(
                 "SELECT id, importance FROM mneme.fragments f
                   WHERE {SCOPE}
-                  ORDER BY importance DESC, created_at DESC
+                  ORDER BY importance DESC, created_at DESC, id
                   LIMIT $19"
             ),
             &scope.params(&tx.tenant_id(), &[&limit]),
