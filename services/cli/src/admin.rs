@@ -1,4 +1,5 @@
-//! Operator commands against the database: migrations, tenants, keys.
+//! Operator commands against the database: migrations, tenants, keys,
+//! consolidation on demand.
 
 use mneme_config::Config;
 use mneme_core::Permission;
@@ -144,6 +145,60 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
             }
             println!("revoked key {id}");
         }
+    }
+    Ok(())
+}
+
+/// Consolidates one tenant (by name) or every active tenant now, whatever
+/// the schedule says, printing each stage's result as it finishes.
+pub async fn consolidate(
+    config: &Config,
+    tenant: Option<&str>,
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    let store = store(config)?;
+    let tenant_ids = match tenant {
+        Some(name) => vec![(name.to_owned(), tenant_id(&store, name).await?)],
+        None => {
+            let client = store.client().await?;
+            tenants::list(&client)
+                .await?
+                .into_iter()
+                .filter(|t| t.status == "active")
+                .map(|t| (t.name, t.id))
+                .collect()
+        }
+    };
+    let consolidator = mneme_consolidator::Consolidator::new(store, config.consolidation.clone());
+    let mut failed = false;
+    for (name, id) in tenant_ids {
+        println!(
+            "{name}{}",
+            if dry_run {
+                " (dry run: nothing is changed)"
+            } else {
+                ""
+            }
+        );
+        let run = consolidator
+            .run_tenant(
+                id,
+                chrono::Utc::now(),
+                "manual",
+                dry_run,
+                |stage| match &stage.error {
+                    None => println!(
+                        "  {:<18} {:>7} rows  {:>6} ms",
+                        stage.stage, stage.affected, stage.millis
+                    ),
+                    Some(error) => println!("  {:<18} failed: {error}", stage.stage),
+                },
+            )
+            .await?;
+        failed |= run.failed();
+    }
+    if failed {
+        anyhow::bail!("some stages failed (see above)");
     }
     Ok(())
 }

@@ -25,7 +25,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gateway, recall, remember and the embedding worker in one process.
+    /// Run the gateway, recall, remember, the embedding worker and the
+    /// consolidation schedule in one process.
     Up,
     /// Apply pending database migrations (uses MNEME_MIGRATE_DATABASE_URL).
     Migrate,
@@ -41,6 +42,15 @@ pub enum Command {
     /// Describe the MCP tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Run the consolidation stages now, printing each stage's result.
+    Consolidate {
+        /// Only this tenant (by name); default: every active tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Report what each stage would change, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +127,9 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
             up::up(config, listeners, mneme_telemetry::shutdown_signal()).await
         }
         Command::Migrate => admin::migrate(&config).await,
+        Command::Consolidate { tenant, dry_run } => {
+            admin::consolidate(&config, tenant.as_deref(), dry_run).await
+        }
         Command::Tenants(command) => admin::tenants(&config, command).await,
         Command::Keys(command) => admin::keys(&config, command).await,
         Command::Config(ConfigCommand::Check) => {

@@ -7,7 +7,7 @@ use std::future::Future;
 
 use mneme_cache::Cache;
 use mneme_config::{Config, Secret};
-use mneme_consolidator::EmbeddingWorker;
+use mneme_consolidator::{Consolidator, EmbeddingWorker};
 use mneme_gateway::{App, Backends};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_recall::RecallServer;
@@ -98,6 +98,15 @@ pub async fn up(
         worker.run(Some(worker_cache), sweep, worker_stop).await;
         ("embedding worker", Ok(()))
     });
+
+    if config.consolidation.enabled {
+        let consolidator = Consolidator::new(store.clone(), config.consolidation.clone());
+        let consolidation_stop = stop.clone();
+        tasks.spawn(async move {
+            consolidator.run(consolidation_stop).await;
+            ("consolidation", Ok(()))
+        });
+    }
 
     let backends = Backends::new(
         &config.gateway.recall_url,

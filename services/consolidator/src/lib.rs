@@ -1,9 +1,9 @@
-//! The consolidation worker. Today it hosts the embedding worker; the
-//! maintenance stages (decay, merging, contradiction detection, garbage
-//! collection) join it as scheduled, tenant-scoped jobs.
+//! The consolidation worker: the embedding worker and the scheduled,
+//! tenant-scoped maintenance stages.
 //!
-//! Layout: [`EmbeddingWorker`] (the queue consumer) and [`run`] (process
-//! wiring).
+//! Layout: [`EmbeddingWorker`] (the embedding queue consumer, in this file),
+//! [`consolidate`] (the stages and their per-tenant schedule) and [`run`]
+//! (process wiring).
 //!
 //! The embedding queue is the `fragments` table itself: rows whose
 //! `embedding IS NULL`. A worker takes a batch of one tenant's rows with
@@ -16,6 +16,10 @@
 //! remember service, and sweep every tenant periodically in case a wake-up
 //! was lost.
 #![forbid(unsafe_code)]
+
+pub mod consolidate;
+
+pub use consolidate::{Consolidator, STAGES, Stage};
 
 use std::future::Future;
 use std::sync::Arc;
@@ -173,15 +177,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
-    let worker = EmbeddingWorker::new(store, embedder, config.embedding.worker_batch_size);
+    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size);
     let stop = CancellationToken::new();
-    let running = tokio::spawn(worker.run(
+    let embedding = tokio::spawn(worker.run(
         Some(cache),
         config.embedding.worker_sweep_interval,
         stop.clone(),
     ));
+    let consolidation = config.consolidation.enabled.then(|| {
+        let consolidator = Consolidator::new(store, config.consolidation.clone());
+        tokio::spawn(consolidator.run(stop.clone()))
+    });
     shutdown.await;
     stop.cancel();
-    running.await?;
+    embedding.await?;
+    if let Some(consolidation) = consolidation {
+        consolidation.await?;
+    }
     Ok(())
 }

@@ -20,6 +20,8 @@ use crate::RememberServer;
 
 /// Most fragments one `forget` by topic deletes.
 const FORGET_TOPIC_LIMIT: i64 = 200;
+/// Tries of a `forget` that keeps meeting deadlocks before it gives up.
+const FORGET_ATTEMPTS: u32 = 3;
 /// How deep the cycle check of directional links looks.
 const CYCLE_DEPTH: i32 = 16;
 
@@ -51,18 +53,37 @@ impl RememberServer {
             },
             _ => return Err(Error::invalid_argument("give either id or topic")),
         };
-        let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let forgotten = fragments::forget(
-            &tx,
-            &principal.readable_key_ids(),
-            &agent_id,
-            target,
-            request.force,
-            request.dry_run,
-        )
-        .await?;
-        tx.commit().await?;
+        // Deleting many rows can deadlock with links being written to them
+        // in the background; such a conflict is transient, so retry it.
+        let mut attempts = 0;
+        let forgotten = loop {
+            attempts += 1;
+            let attempt = async {
+                let mut client = self.store.client().await?;
+                let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+                let forgotten = fragments::forget(
+                    &tx,
+                    &principal.readable_key_ids(),
+                    &agent_id,
+                    target,
+                    request.force,
+                    request.dry_run,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok::<_, mneme_store::StoreError>(forgotten)
+            }
+            .await;
+            match attempt {
+                Err(error) if error.is_conflict() && attempts < FORGET_ATTEMPTS => {
+                    tracing::debug!(
+                        attempts,
+                        "forget conflicted with a concurrent write; retrying"
+                    );
+                }
+                other => break other?,
+            }
+        };
         if !forgotten.matched && matches!(target, ForgetTarget::Id(_)) {
             return Err(Error::fragment_not_found());
         }

@@ -179,11 +179,25 @@ pub struct Config {
     pub remember: RememberConfig,
     pub embedding: EmbeddingConfig,
     pub log: LogConfig,
+    pub consolidation: ConsolidationConfig,
     /// Where `/metrics` is served; `None` serves none.
     pub metrics_addr: Option<SocketAddr>,
     /// The symbolic layer; `recall.symbolic` and `remember.symbolic` are
     /// copies, so each service reads only its own section.
     pub symbolic: SymbolicConfig,
+}
+
+/// The scheduled maintenance of the consolidator.
+#[derive(Debug, Clone)]
+pub struct ConsolidationConfig {
+    pub enabled: bool,
+    pub interval: Duration,
+    pub poll: Duration,
+    pub gc_grace_days: i32,
+    pub gc_max_per_run: i64,
+    pub search_event_retention_days: i32,
+    pub anchor_min_accesses: i32,
+    pub anchor_min_importance: f32,
 }
 
 #[derive(Debug, Clone)]
@@ -744,6 +758,24 @@ impl Config {
             format: r.value(settings::LOG_FORMAT),
         };
         let metrics_addr = r.optional(settings::METRICS_ADDR);
+        let whole =
+            |r: &mut Reader<'_>, setting| i32::try_from(r.positive(setting)).unwrap_or(i32::MAX);
+        let consolidation = ConsolidationConfig {
+            enabled: r.flag(settings::CONSOLIDATION),
+            interval: Duration::from_secs(r.positive(settings::CONSOLIDATION_INTERVAL_SECS) as u64),
+            poll: Duration::from_secs(r.positive(settings::CONSOLIDATION_POLL_SECS) as u64),
+            gc_grace_days: whole(&mut r, settings::GC_GRACE_DAYS),
+            gc_max_per_run: i64::try_from(r.positive(settings::GC_MAX_PER_RUN)).unwrap_or(i64::MAX),
+            search_event_retention_days: whole(&mut r, settings::SEARCH_EVENT_RETENTION_DAYS),
+            anchor_min_accesses: whole(&mut r, settings::ANCHOR_MIN_ACCESSES),
+            anchor_min_importance: r.value(settings::ANCHOR_MIN_IMPORTANCE),
+        };
+        if !(0.0..=1.0).contains(&consolidation.anchor_min_importance) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::ANCHOR_MIN_IMPORTANCE.name
+            ));
+        }
 
         if r.problems.is_empty() {
             Ok(Config {
@@ -755,6 +787,7 @@ impl Config {
                 remember,
                 embedding,
                 log,
+                consolidation,
                 metrics_addr,
                 symbolic,
             })

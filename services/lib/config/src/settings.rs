@@ -219,6 +219,24 @@ settings! {
         EMBED_QUEUE_WAIT_MS = "MNEME_EMBED_QUEUE_WAIT_MS", Some("3000"),
             "How long a call waits for one of the `MNEME_EMBED_CONCURRENCY` slots before it gives up as unavailable, in milliseconds.";
     }
+    "Consolidation" {
+        CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
+            "Run the scheduled maintenance stages (TTL tiers, importance decay, garbage collection, utility, anchor promotion, search-event cleanup) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+        CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
+            "Seconds between two consolidations of a tenant.";
+        CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
+            "How often a consolidator looks for tenants due for consolidation (and for tenants whose consolidator died).";
+        GC_GRACE_DAYS = "MNEME_GC_GRACE_DAYS", Some("7"),
+            "Garbage collection never hard-deletes a fragment younger than this many days.";
+        GC_MAX_PER_RUN = "MNEME_GC_MAX_PER_RUN", Some("50"),
+            "Most fragments one consolidation of a tenant hard-deletes.";
+        SEARCH_EVENT_RETENTION_DAYS = "MNEME_SEARCH_EVENT_RETENTION_DAYS", Some("30"),
+            "Search events older than this many days are deleted.";
+        ANCHOR_MIN_ACCESSES = "MNEME_ANCHOR_MIN_ACCESSES", Some("10"),
+            "Fragments recalled at least this often and at least `MNEME_ANCHOR_MIN_IMPORTANCE` important become anchors.";
+        ANCHOR_MIN_IMPORTANCE = "MNEME_ANCHOR_MIN_IMPORTANCE", Some("0.8"),
+            "Importance a fragment needs to be promoted to an anchor.";
+    }
     "Metrics" {
         METRICS_ADDR = "MNEME_METRICS_ADDR", None,
             "Address on which the process serves Prometheus metrics at `/metrics` (e.g. `0.0.0.0:9464`). Unset: no metrics listener. Keep it off the public network.";

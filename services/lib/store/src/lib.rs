@@ -7,7 +7,8 @@
 //!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
 //!   [`cases`] (events, edges, evidence), [`search_events`],
 //!   [`search_thresholds`] (the adaptive similarity floor), [`feedback`]
-//!   (tool and task feedback, link reconsolidation), [`claims`] (the
+//!   (tool and task feedback, link reconsolidation), [`consolidation`]
+//!   (leases, run history and the maintenance stages), [`claims`] (the
 //!   symbolic layer's claims); [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -20,6 +21,7 @@
 pub mod api_keys;
 pub mod cases;
 pub mod claims;
+pub mod consolidation;
 pub mod feedback;
 pub mod fragments;
 pub mod key_groups;
@@ -59,6 +61,12 @@ impl StoreError {
             StoreError::Db(e) => e.code(),
             _ => None,
         }
+    }
+
+    /// A deadlock or serialization failure: the same transaction, run
+    /// again, may well succeed.
+    pub fn is_conflict(&self) -> bool {
+        self.error_code() == ErrorCode::Conflict
     }
 
     fn error_code(&self) -> ErrorCode {

@@ -1,0 +1,283 @@
+//! Scheduled consolidation: the maintenance stages, run per tenant by
+//! whichever consolidator holds the tenant's lease.
+//!
+//! - [`STAGES`] is the ordered list of stages; adding one is one entry
+//!   there and one arm in [`Stage::run`].
+//! - [`Consolidator::run_tenant`] runs every stage for one tenant, each in
+//!   a tenant transaction of its own (a failing stage is recorded and the
+//!   next one still runs), and records the run in `consolidation_runs`. A
+//!   dry run executes the same statements and rolls each one back, so it
+//!   reports exactly what a real run would change.
+//! - [`Consolidator::run`] is the schedule: every poll it walks the active
+//!   tenants and consolidates those whose last run is older than the
+//!   interval and whose lease no other consolidator holds (see
+//!   `mneme_store::consolidation::try_lease`). Any number of consolidators
+//!   can run; each tenant is consolidated by one of them at a time, and a
+//!   tenant whose consolidator dies is taken over at the next poll.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use mneme_config::ConsolidationConfig;
+use mneme_store::consolidation::{self, Run, StageResult, StageRules};
+use mneme_store::{Store, TenantTx, tenants};
+use mneme_telemetry::metrics::register;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+static STAGE_AFFECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_consolidation_affected_total",
+                "Rows changed by consolidation stages (real runs only), by stage.",
+            ),
+            &["stage"],
+        )
+        .expect("valid metric"),
+    )
+});
+static STAGE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_consolidation_errors_total",
+                "Failed consolidation stages, by stage.",
+            ),
+            &["stage"],
+        )
+        .expect("valid metric"),
+    )
+});
+static STAGE_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "mneme_consolidation_stage_seconds",
+                "Duration of consolidation stages for one tenant, by stage.",
+            ),
+            &["stage"],
+        )
+        .expect("valid metric"),
+    )
+});
+
+/// One maintenance stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    TtlTransition,
+    ImportanceDecay,
+    ExpiredDelete,
+    Utility,
+    AnchorPromotion,
+    SearchEventsGc,
+}
+
+/// The stages, in the order they run: tiers and importance first, so
+/// garbage collection and utility see this run's values.
+pub const STAGES: &[Stage] = &[
+    Stage::TtlTransition,
+    Stage::ImportanceDecay,
+    Stage::ExpiredDelete,
+    Stage::Utility,
+    Stage::AnchorPromotion,
+    Stage::SearchEventsGc,
+];
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::TtlTransition => "ttl_transition",
+            Stage::ImportanceDecay => "importance_decay",
+            Stage::ExpiredDelete => "expired_delete",
+            Stage::Utility => "utility",
+            Stage::AnchorPromotion => "anchor_promotion",
+            Stage::SearchEventsGc => "search_events_gc",
+        }
+    }
+
+    async fn run(
+        self,
+        tx: &TenantTx<'_>,
+        now: DateTime<Utc>,
+        rules: &StageRules,
+    ) -> mneme_store::Result<u64> {
+        match self {
+            Stage::TtlTransition => consolidation::ttl_transition(tx, now).await,
+            Stage::ImportanceDecay => consolidation::importance_decay(tx, now).await,
+            Stage::ExpiredDelete => consolidation::expired_delete(tx, now, rules).await,
+            Stage::Utility => consolidation::utility(tx, now).await,
+            Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
+            Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
+        }
+    }
+}
+
+/// An error with its causes ("database: db error: column … does not exist").
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// Runs consolidations.
+#[derive(Debug, Clone)]
+pub struct Consolidator {
+    store: Store,
+    settings: ConsolidationConfig,
+}
+
+impl Consolidator {
+    pub fn new(store: Store, settings: ConsolidationConfig) -> Self {
+        Self { store, settings }
+    }
+
+    fn rules(&self) -> StageRules {
+        StageRules {
+            gc_grace_days: self.settings.gc_grace_days,
+            gc_max_per_run: self.settings.gc_max_per_run,
+            search_event_retention_days: self.settings.search_event_retention_days,
+            anchor_min_accesses: self.settings.anchor_min_accesses,
+            anchor_min_importance: self.settings.anchor_min_importance,
+        }
+    }
+
+    /// Runs every stage for `tenant_id` as of `now` and records the run.
+    /// `progress` hears each stage's result as it finishes.
+    pub async fn run_tenant(
+        &self,
+        tenant_id: Uuid,
+        now: DateTime<Utc>,
+        trigger: &'static str,
+        dry_run: bool,
+        progress: impl Fn(&StageResult),
+    ) -> mneme_store::Result<Run> {
+        let rules = self.rules();
+        let started_at = Utc::now();
+        let mut stages = Vec::with_capacity(STAGES.len());
+        for stage in STAGES {
+            let clock = Instant::now();
+            let outcome = async {
+                let mut client = self.store.client().await?;
+                let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                let affected = stage.run(&tx, now, &rules).await?;
+                if !dry_run {
+                    tx.commit().await?;
+                }
+                Ok::<_, mneme_store::StoreError>(affected)
+            }
+            .await;
+            let elapsed = clock.elapsed();
+            let name = stage.name();
+            STAGE_SECONDS
+                .with_label_values(&[name])
+                .observe(elapsed.as_secs_f64());
+            let result = match outcome {
+                Ok(affected) => {
+                    if !dry_run {
+                        STAGE_AFFECTED.with_label_values(&[name]).inc_by(affected);
+                    }
+                    StageResult {
+                        stage: name,
+                        affected,
+                        millis: elapsed.as_millis() as u64,
+                        error: None,
+                    }
+                }
+                Err(error) => {
+                    STAGE_ERRORS.with_label_values(&[name]).inc();
+                    tracing::warn!(tenant.id = %tenant_id, stage = name, error = describe(&error), "consolidation stage failed");
+                    StageResult {
+                        stage: name,
+                        affected: 0,
+                        millis: elapsed.as_millis() as u64,
+                        error: Some(describe(&error)),
+                    }
+                }
+            };
+            progress(&result);
+            stages.push(result);
+        }
+        let run = Run {
+            id: Uuid::now_v7(),
+            trigger,
+            dry_run,
+            stages,
+            started_at,
+            finished_at: Utc::now(),
+        };
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, tenant_id).await?;
+        consolidation::record_run(&tx, &run).await?;
+        tx.commit().await?;
+        let affected: u64 = run.stages.iter().map(|s| s.affected).sum();
+        tracing::info!(tenant.id = %tenant_id, dry_run, affected, failed = run.failed(), "tenant consolidated");
+        Ok(run)
+    }
+
+    /// Consolidates `tenant_id` if it is due and no one else is doing it;
+    /// returns whether it ran.
+    pub async fn consolidate_if_due(
+        &self,
+        tenant_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> mneme_store::Result<bool> {
+        let mut lease_client = self.store.client().await?;
+        let lease = TenantTx::begin(&mut lease_client, tenant_id).await?;
+        if !consolidation::try_lease(&lease, now, self.settings.interval).await? {
+            return Ok(false);
+        }
+        self.run_tenant(tenant_id, now, "schedule", false, |_| {})
+            .await?;
+        consolidation::finish_lease(&lease, Utc::now()).await?;
+        lease.commit().await?;
+        Ok(true)
+    }
+
+    /// One pass over every active tenant; returns how many were
+    /// consolidated. A failing tenant is logged and skipped.
+    pub async fn poll(&self, stop: &CancellationToken) -> mneme_store::Result<usize> {
+        let tenant_ids = {
+            let client = self.store.client().await?;
+            tenants::active_ids(&client).await?
+        };
+        let mut consolidated = 0;
+        for tenant_id in tenant_ids {
+            if stop.is_cancelled() {
+                break;
+            }
+            match self.consolidate_if_due(tenant_id, Utc::now()).await {
+                Ok(true) => consolidated += 1,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(tenant.id = %tenant_id, %error, "consolidation failed")
+                }
+            }
+        }
+        Ok(consolidated)
+    }
+
+    /// Polls every `poll` interval until `stop` fires.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(self.settings.poll);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = ticks.tick() => {
+                    if let Err(error) = self.poll(&stop).await {
+                        tracing::warn!(%error, "consolidation poll failed");
+                    }
+                }
+            }
+        }
+        tracing::info!("consolidation scheduler stopped");
+    }
+}

@@ -1,0 +1,428 @@
+//! The consolidation stages and their schedule against real PostgreSQL:
+//! each stage on both sides of its thresholds at an injected `now`, dry
+//! runs, tenant isolation, and one consolidation per tenant however many
+//! consolidators poll.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use mneme_cache::Cache;
+use mneme_config::{Config, ConsolidationConfig};
+use mneme_consolidator::Consolidator;
+use mneme_proto::v1::RememberRequest;
+use mneme_remember::RememberServer;
+use mneme_store::TenantTx;
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+struct Harness {
+    db: TestDatabase,
+    _redis: TestRedis,
+    remember: RememberServer,
+    tenant: TestTenant,
+    other: TestTenant,
+}
+
+fn settings() -> ConsolidationConfig {
+    Config::defaults().consolidation
+}
+
+async fn harness() -> Harness {
+    let db = TestDatabase::create().await;
+    let redis = TestRedis::new();
+    let store = db.store();
+    let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let other = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+    let mut remember_settings = Config::defaults().remember;
+    // Only the links a test makes itself.
+    remember_settings.temporal_link_hours = 0.0;
+    remember_settings.proactive_links = false;
+    Harness {
+        remember: RememberServer::new(store, cache, remember_settings),
+        db,
+        _redis: redis,
+        tenant,
+        other,
+    }
+}
+
+fn principal(tenant: &TestTenant) -> mneme_core::Principal {
+    mneme_core::Principal {
+        tenant_id: tenant.tenant_id,
+        key_id: tenant.key_id,
+        group_key_ids: vec![],
+        user_id: None,
+        permissions: ALL_PERMISSIONS.to_vec(),
+        workspace: None,
+        mode: None,
+        session_id: None,
+        agent_id: "default".into(),
+    }
+}
+
+/// A fixed "now" far enough from the real clock that every age below is
+/// set explicitly.
+fn now() -> DateTime<Utc> {
+    "2030-06-01T00:00:00Z".parse().unwrap()
+}
+
+impl Harness {
+    fn consolidator(&self, settings: ConsolidationConfig) -> Consolidator {
+        Consolidator::new(self.db.store(), settings)
+    }
+
+    /// Stores a fragment in `tenant` and then sets `assignments` (SQL) on it,
+    /// with `created`/`accessed` ages in days before [`now`].
+    async fn fragment(&self, tenant: &TestTenant, kind: &str, assignments: &str) -> Uuid {
+        let id: Uuid = self
+            .remember
+            .remember(
+                &principal(tenant),
+                RememberRequest {
+                    content: format!("Fragment {} about {kind} things.", Uuid::now_v7()),
+                    topic: "ops".into(),
+                    r#type: kind.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap()
+            .id
+            .parse()
+            .unwrap();
+        self.sql(
+            tenant,
+            &format!("UPDATE mneme.fragments SET {assignments} WHERE id = '{id}'"),
+        )
+        .await;
+        id
+    }
+
+    /// Runs `statement` as the owner inside `tenant` (setup, bypassing the
+    /// services; `NOW` in it stands for [`now`]).
+    async fn sql(&self, tenant: &TestTenant, statement: &str) {
+        let mut client = self.db.owner_client().await;
+        let tx = client.transaction().await.unwrap();
+        tx.execute(
+            "SELECT set_config('mneme.tenant_id', $1, true)",
+            &[&tenant.tenant_id.to_string()],
+        )
+        .await
+        .unwrap();
+        let statement = statement.replace("NOW", &format!("'{}'::timestamptz", now().to_rfc3339()));
+        tx.execute(&statement, &[]).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    async fn count(&self, tenant: &TestTenant, table: &str, condition: &str) -> i64 {
+        self.db.count_rows(tenant.tenant_id, table, condition).await
+    }
+
+    async fn has(&self, id: Uuid, condition: &str) -> bool {
+        self.count(
+            &self.tenant,
+            "fragments",
+            &format!("id = '{id}' AND {condition}"),
+        )
+        .await
+            == 1
+    }
+}
+
+fn days_ago(days: i64) -> String {
+    format!("NOW - interval '{days} days'")
+}
+
+#[tokio::test]
+async fn ttl_tiers_move_on_both_sides_of_their_thresholds() {
+    let h = harness().await;
+    let fresh = format!("created_at = {0}, accessed_at = {0}", days_ago(1));
+    let preference = h.fragment(&h.tenant, "preference", &fresh).await;
+    let weak = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!("{fresh}, importance = 0.2, ttl_tier = 'warm'"),
+        )
+        .await;
+    let useful = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!("{fresh}, importance = 0.5, ttl_tier = 'warm'"),
+        )
+        .await;
+    let stale_hot = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "importance = 0.5, ttl_tier = 'hot', created_at = {0}, accessed_at = {0}",
+                days_ago(8)
+            ),
+        )
+        .await;
+    let recent_hot = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "importance = 0.5, ttl_tier = 'hot', created_at = {0}, accessed_at = {0}",
+                days_ago(6)
+            ),
+        )
+        .await;
+    let paroled = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "importance = 0.4, ttl_tier = 'permanent', created_at = {0}, accessed_at = {0}, last_decay_at = NOW",
+                days_ago(200)
+            ),
+        )
+        .await;
+
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert!(!run.failed(), "{:?}", run.stages);
+    assert!(h.has(preference, "ttl_tier = 'permanent'").await);
+    assert!(h.has(weak, "ttl_tier = 'cold'").await);
+    assert!(h.has(useful, "ttl_tier = 'warm'").await);
+    assert!(
+        h.has(stale_hot, "ttl_tier = 'warm'").await,
+        "hot is demoted after 7 idle days"
+    );
+    assert!(h.has(recent_hot, "ttl_tier = 'hot'").await);
+    assert!(h.has(paroled, "ttl_tier = 'cold'").await);
+    let ttl = run
+        .stages
+        .iter()
+        .find(|s| s.stage == "ttl_transition")
+        .unwrap();
+    // Three moves; the preference was stored permanent already.
+    assert_eq!(ttl.affected, 3);
+}
+
+#[tokio::test]
+async fn importance_decays_by_half_life_except_for_anchors_and_permanent_memories() {
+    let h = harness().await;
+    let sixty_days = format!(
+        "importance = 0.8, ttl_tier = 'warm', created_at = {0}, accessed_at = {0}, last_decay_at = NULL",
+        days_ago(60)
+    );
+    let fact = h.fragment(&h.tenant, "fact", &sixty_days).await;
+    let anchor = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!("{sixty_days}, is_anchor = true"),
+        )
+        .await;
+    let procedure = h.fragment(&h.tenant, "procedure", &sixty_days).await;
+    h.consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    // Fact: half-life 60 days → 0.4; procedure: 30 days → 0.2 (then the
+    // warm tier rule sees it below 0.3 next run); the anchor keeps 0.8.
+    assert!(h.has(fact, "round(importance * 100) = 40").await);
+    assert!(h.has(procedure, "round(importance * 100) = 20").await);
+    assert!(h.has(anchor, "round(importance * 100) = 80").await);
+    // A second run at the same instant changes nothing more.
+    h.consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert!(h.has(fact, "round(importance * 100) = 40").await);
+}
+
+#[tokio::test]
+async fn garbage_collection_respects_grace_protection_and_the_per_run_cap() {
+    let h = harness().await;
+    let forgettable = format!(
+        "importance = 0.1, access_count = 0, ttl_tier = 'warm', created_at = {0}, accessed_at = NULL",
+        days_ago(40)
+    );
+    let first = h.fragment(&h.tenant, "fact", &forgettable).await;
+    let second = h.fragment(&h.tenant, "decision", &forgettable).await;
+    let anchored = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!("{forgettable}, is_anchor = true"),
+        )
+        .await;
+    let young = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "importance = 0.1, access_count = 0, created_at = {}",
+                days_ago(20)
+            ),
+        )
+        .await;
+    let used = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "importance = 0.5, access_count = 3, created_at = {}",
+                days_ago(40)
+            ),
+        )
+        .await;
+    // The same in another tenant, which this run must not touch.
+    let theirs = h.fragment(&h.other, "fact", &forgettable).await;
+
+    let mut capped = settings();
+    capped.gc_max_per_run = 1;
+    let dry = h
+        .consolidator(capped.clone())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", true, |_| {})
+        .await
+        .unwrap();
+    let gc = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "expired_delete")
+            .unwrap()
+            .affected
+    };
+    assert!(!dry.failed(), "{:?}", dry.stages);
+    assert_eq!(gc(&dry), 1, "the dry run reports what it would delete");
+    assert_eq!(
+        h.count(&h.tenant, "fragments", "true").await,
+        5,
+        "and deletes nothing"
+    );
+
+    let run = h
+        .consolidator(capped)
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(gc(&run), 1);
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(gc(&run), 1);
+    assert!(!h.has(first, "true").await && !h.has(second, "true").await);
+    assert!(h.has(anchored, "true").await, "anchors are never collected");
+    assert!(
+        h.has(young, "true").await,
+        "younger than 30 days for rule (b)"
+    );
+    assert!(h.has(used, "true").await);
+    assert_eq!(
+        h.count(&h.other, "fragments", &format!("id = '{theirs}'"))
+            .await,
+        1,
+        "another tenant's memories are untouched"
+    );
+    // The runs are recorded, the dry one as such.
+    assert_eq!(h.count(&h.tenant, "consolidation_runs", "dry_run").await, 1);
+    assert_eq!(
+        h.count(&h.tenant, "consolidation_runs", "NOT dry_run")
+            .await,
+        2
+    );
+    assert_eq!(h.count(&h.other, "consolidation_runs", "true").await, 0);
+}
+
+#[tokio::test]
+async fn anchors_are_promoted_and_old_search_events_collected() {
+    let h = harness().await;
+    let popular = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            "access_count = 10, importance = 0.85, accessed_at = NOW",
+        )
+        .await;
+    let almost = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            "access_count = 9, importance = 0.85, accessed_at = NOW",
+        )
+        .await;
+    for age in [31, 29] {
+        h.sql(
+            &h.tenant,
+            &format!(
+                "INSERT INTO mneme.search_events (tenant_id, key_id, query_type, layers, result_count,
+                                                  latency_ms, created_at)
+                 VALUES ('{}', '{}', 'text', '{{}}', 1, 1.0, {})",
+                h.tenant.tenant_id,
+                h.tenant.key_id,
+                days_ago(age)
+            ),
+        )
+        .await;
+    }
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert!(!run.failed(), "{:?}", run.stages);
+    assert!(h.has(popular, "is_anchor").await);
+    assert!(h.has(almost, "NOT is_anchor").await);
+    assert_eq!(h.count(&h.tenant, "search_events", "true").await, 1);
+}
+
+#[tokio::test]
+async fn each_due_tenant_is_consolidated_once_however_many_consolidators_poll() {
+    let h = harness().await;
+    h.fragment(&h.tenant, "fact", "importance = 0.5").await;
+    let mut fast = settings();
+    fast.interval = Duration::from_secs(3600);
+    let (a, b) = (h.consolidator(fast.clone()), h.consolidator(fast.clone()));
+    let stop = CancellationToken::new();
+    let (ran_a, ran_b) = tokio::join!(a.poll(&stop), b.poll(&stop));
+    // Two tenants, each consolidated by exactly one of the two pollers.
+    assert_eq!(ran_a.unwrap() + ran_b.unwrap(), 2);
+    for tenant in [&h.tenant, &h.other] {
+        assert_eq!(h.count(tenant, "consolidation_runs", "true").await, 1);
+        assert_eq!(h.count(tenant, "consolidation_state", "runs = 1").await, 1);
+    }
+    // Not due again within the interval.
+    assert_eq!(a.poll(&stop).await.unwrap(), 0);
+
+    // A consolidator holding a tenant's lease (mid-run) keeps others off it;
+    // once it dies (its transaction ends), the next poll takes over.
+    h.sql(
+        &h.tenant,
+        "UPDATE mneme.consolidation_state SET last_started_at = NULL",
+    )
+    .await;
+    let store = h.db.store();
+    let mut held_client = store.client().await.unwrap();
+    let held = TenantTx::begin(&mut held_client, h.tenant.tenant_id)
+        .await
+        .unwrap();
+    held.query_one(
+        "SELECT 1 FROM mneme.consolidation_state WHERE tenant_id = $1 FOR UPDATE",
+        &[&h.tenant.tenant_id],
+    )
+    .await
+    .unwrap();
+    assert_eq!(b.poll(&stop).await.unwrap(), 0, "the lease is held");
+    drop(held);
+    drop(held_client);
+    assert_eq!(
+        b.poll(&stop).await.unwrap(),
+        1,
+        "taken over after the holder died"
+    );
+    assert_eq!(h.count(&h.tenant, "consolidation_runs", "true").await, 2);
+}

@@ -1,0 +1,295 @@
+//! Consolidation: the per-tenant lease and run history
+//! (`consolidation_state`, `consolidation_runs`) and the SQL of each
+//! maintenance stage.
+//!
+//! Every stage is one or a few statements on the fragments of the
+//! transaction's tenant and returns how many rows it changed. Stages take
+//! `now` as a parameter (never the database clock), so tests can run them
+//! at any instant and a dry run is the same statements rolled back.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::{Result, TenantTx};
+
+/// Takes the tenant's consolidation lease when a run is due: locks the
+/// tenant's state row without waiting (another pod holding it means "not
+/// mine") and, when the last run started more than `interval` before
+/// `now`, marks a new run as started. The lease lasts as long as `tx`:
+/// commit it with [`finish_lease`] after the run.
+pub async fn try_lease(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    interval: std::time::Duration,
+) -> Result<bool> {
+    tx.execute(
+        "INSERT INTO mneme.consolidation_state (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING",
+        &[&tx.tenant_id()],
+    )
+    .await?;
+    let Some(row) = tx
+        .query_opt(
+            "SELECT last_started_at FROM mneme.consolidation_state
+              WHERE tenant_id = $1 FOR UPDATE SKIP LOCKED",
+            &[&tx.tenant_id()],
+        )
+        .await?
+    else {
+        return Ok(false);
+    };
+    let last: Option<DateTime<Utc>> = row.get(0);
+    let interval = chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
+    if last.is_some_and(|last| now - last < interval) {
+        return Ok(false);
+    }
+    tx.execute(
+        "UPDATE mneme.consolidation_state SET last_started_at = $2, runs = runs + 1
+          WHERE tenant_id = $1",
+        &[&tx.tenant_id(), &now],
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Records the end of the leased run; the caller then commits the lease.
+pub async fn finish_lease(tx: &TenantTx<'_>, finished_at: DateTime<Utc>) -> Result<()> {
+    tx.execute(
+        "UPDATE mneme.consolidation_state SET last_finished_at = $2 WHERE tenant_id = $1",
+        &[&tx.tenant_id(), &finished_at],
+    )
+    .await?;
+    Ok(())
+}
+
+/// What one stage did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageResult {
+    pub stage: &'static str,
+    /// Rows changed (or, in a dry run, that would have changed).
+    pub affected: u64,
+    pub millis: u64,
+    pub error: Option<String>,
+}
+
+/// One run of every stage for one tenant.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: Uuid,
+    /// `schedule` or `manual`.
+    pub trigger: &'static str,
+    pub dry_run: bool,
+    pub stages: Vec<StageResult>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl Run {
+    pub fn failed(&self) -> bool {
+        self.stages.iter().any(|s| s.error.is_some())
+    }
+}
+
+/// Stores `run` in the run history.
+pub async fn record_run(tx: &TenantTx<'_>, run: &Run) -> Result<()> {
+    let stages = serde_json::to_value(&run.stages).unwrap_or_default();
+    let status = if run.failed() { "failed" } else { "finished" };
+    tx.execute(
+        "INSERT INTO mneme.consolidation_runs
+             (tenant_id, id, trigger, dry_run, status, stages, started_at, finished_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &tx.tenant_id(),
+            &run.id,
+            &run.trigger,
+            &run.dry_run,
+            &status,
+            &stages,
+            &run.started_at,
+            &run.finished_at,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Thresholds of the stages; see `docs/OPERATIONS.md` for what each does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StageRules {
+    /// Hard deletes happen only to fragments older than this.
+    pub gc_grace_days: i32,
+    /// Most fragments one run hard-deletes.
+    pub gc_max_per_run: i64,
+    pub search_event_retention_days: i32,
+    pub anchor_min_accesses: i32,
+    pub anchor_min_importance: f32,
+}
+
+/// Moves fragments between TTL tiers.
+///
+/// - to `permanent`: preferences; fragments with at least 5 links;
+///   importance ≥ 0.8 with a positive quality verdict, or without one when
+///   anchored or at importance ≥ 0.9.
+/// - `hot` → `warm` after 7 days without access; `short` → `cold` after 1
+///   day without access (the reference demoted neither).
+/// - `warm` → `cold` below importance 0.3 or after 30 days without access.
+/// - `permanent` → `cold` ("parole") for non-anchors, non-preferences below
+///   importance 0.5 after 180 days without access.
+pub async fn ttl_transition(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "WITH linked AS (
+                 SELECT f.id, (SELECT count(*) FROM mneme.fragment_links l
+                                WHERE l.tenant_id = f.tenant_id AND l.deleted_at IS NULL
+                                  AND (l.from_id = f.id OR l.to_id = f.id)) AS links
+                   FROM mneme.fragments f
+                  WHERE f.tenant_id = $1 AND f.valid_to IS NULL),
+             target AS (
+                 SELECT f.id,
+                        CASE
+                          WHEN f.ttl_tier <> 'permanent' AND (
+                                   f.type = 'preference' OR k.links >= 5
+                                   OR (f.importance >= 0.8 AND (f.quality_verified IS TRUE
+                                       OR (f.quality_verified IS NULL
+                                           AND (f.is_anchor OR f.importance >= 0.9))))) THEN 'permanent'
+                          WHEN f.ttl_tier = 'hot'
+                               AND COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '7 days' THEN 'warm'
+                          WHEN f.ttl_tier = 'short'
+                               AND COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '1 day' THEN 'cold'
+                          WHEN f.ttl_tier = 'warm' AND (f.importance < 0.3
+                               OR COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '30 days') THEN 'cold'
+                          WHEN f.ttl_tier = 'permanent' AND NOT f.is_anchor AND f.type <> 'preference'
+                               AND f.importance < 0.5 AND k.links < 5
+                               AND COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '180 days' THEN 'cold'
+                        END AS tier
+                   FROM mneme.fragments f JOIN linked k ON k.id = f.id
+                  WHERE f.tenant_id = $1 AND f.valid_to IS NULL)
+             UPDATE mneme.fragments f SET ttl_tier = t.tier
+               FROM target t
+              WHERE f.tenant_id = $1 AND f.id = t.id AND t.tier IS NOT NULL AND f.ttl_tier <> t.tier",
+            &[&tx.tenant_id(), &now],
+        )
+        .await?)
+}
+
+/// Exponential importance decay with a half-life per type, stretched up to
+/// twice by recent activation: `importance · 2^(−Δt / (half-life ·
+/// clamp(1 + 0.5·activation, 1, 2)))`, at least 0.05, with Δt since the
+/// last decay (or access, or creation). Permanent fragments and anchors
+/// keep their importance.
+pub async fn importance_decay(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments f
+                SET importance = GREATEST(0.05, LEAST(f.importance, f.importance * power(2.0,
+                        -(extract(epoch FROM $2::timestamptz - COALESCE(f.last_decay_at, f.accessed_at, f.created_at))
+                          / 86400.0)
+                        / ((CASE f.type WHEN 'procedure' THEN 30 WHEN 'fact' THEN 60
+                                        WHEN 'decision' THEN 90 WHEN 'error' THEN 45
+                                        WHEN 'preference' THEN 120 WHEN 'relation' THEN 90
+                                        ELSE 60 END)
+                           * LEAST(2.0, GREATEST(1.0, 1.0 + 0.5 * f.ema_activation))))))::real,
+                    last_decay_at = $2
+              WHERE f.tenant_id = $1 AND f.valid_to IS NULL AND NOT f.is_anchor
+                AND f.ttl_tier <> 'permanent'
+                AND COALESCE(f.last_decay_at, f.accessed_at, f.created_at) < $2",
+            &[&tx.tenant_id(), &now],
+        )
+        .await?)
+}
+
+/// Hard-deletes forgettable fragments older than the grace period, at most
+/// `gc_max_per_run` per run, never anchors, permanent or superseded ones
+/// (history): (a) utility below 0.15 and 60 days without access; (b) facts
+/// and decisions below importance 0.2, never accessed, unlinked, older than
+/// 30 days; (c) importance below 0.1, 90 days without access, fewer than 2
+/// links; (d) resolved errors below importance 0.3 older than 30 days.
+/// Links, versions and evidence go with them (cascade).
+pub async fn expired_delete(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "WITH candidates AS (
+                 SELECT f.id
+                   FROM mneme.fragments f
+                   LEFT JOIN LATERAL (
+                        SELECT count(*) AS links FROM mneme.fragment_links l
+                         WHERE l.tenant_id = f.tenant_id AND l.deleted_at IS NULL
+                           AND (l.from_id = f.id OR l.to_id = f.id)) k ON true
+                  WHERE f.tenant_id = $1 AND f.valid_to IS NULL AND NOT f.is_anchor
+                    AND f.ttl_tier <> 'permanent'
+                    AND f.created_at < $2::timestamptz - make_interval(days => $3)
+                    AND (
+                         (f.utility_score < 0.15
+                          AND COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '60 days')
+                      OR (f.type IN ('fact', 'decision') AND f.importance < 0.2
+                          AND f.access_count = 0 AND k.links = 0
+                          AND f.created_at < $2::timestamptz - interval '30 days')
+                      OR (f.importance < 0.1 AND k.links < 2
+                          AND COALESCE(f.accessed_at, f.created_at) < $2::timestamptz - interval '90 days'
+                          AND f.created_at < $2::timestamptz - interval '90 days')
+                      OR (f.type = 'error' AND f.resolution_status = 'resolved'
+                          AND f.importance < 0.3 AND f.created_at < $2::timestamptz - interval '30 days'))
+                  ORDER BY f.importance, f.created_at, f.id
+                  LIMIT $4)
+             DELETE FROM mneme.fragments f USING candidates c
+              WHERE f.tenant_id = $1 AND f.id = c.id",
+            &[
+                &tx.tenant_id(),
+                &now,
+                &rules.gc_grace_days,
+                &rules.gc_max_per_run,
+            ],
+        )
+        .await?)
+}
+
+/// Recomputes utility: `importance · (1 + ln(max(accesses, 1))) /
+/// max(1, age in months)^0.3`.
+pub async fn utility(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments f
+                SET utility_score = (f.importance * (1 + ln(GREATEST(f.access_count, 1)))
+                    / power(GREATEST(1.0, extract(epoch FROM $2::timestamptz - f.created_at) / 2592000.0), 0.3))::real
+              WHERE f.tenant_id = $1 AND f.valid_to IS NULL
+                AND f.utility_score IS DISTINCT FROM (f.importance * (1 + ln(GREATEST(f.access_count, 1)))
+                    / power(GREATEST(1.0, extract(epoch FROM $2::timestamptz - f.created_at) / 2592000.0), 0.3))::real",
+            &[&tx.tenant_id(), &now],
+        )
+        .await?)
+}
+
+/// Anchors fragments used often and rated important.
+pub async fn anchor_promotion(tx: &TenantTx<'_>, rules: &StageRules) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments f SET is_anchor = true
+              WHERE f.tenant_id = $1 AND f.valid_to IS NULL AND NOT f.is_anchor
+                AND f.access_count >= $2 AND f.importance >= $3",
+            &[
+                &tx.tenant_id(),
+                &rules.anchor_min_accesses,
+                &rules.anchor_min_importance,
+            ],
+        )
+        .await?)
+}
+
+/// Deletes search events older than the retention.
+pub async fn search_events_gc(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "DELETE FROM mneme.search_events
+              WHERE tenant_id = $1 AND created_at < $2::timestamptz - make_interval(days => $3)",
+            &[&tx.tenant_id(), &now, &rules.search_event_retention_days],
+        )
+        .await?)
+}
