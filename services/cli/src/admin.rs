@@ -181,21 +181,18 @@ pub async fn consolidate(
             }
         );
         let run = consolidator
-            .run_tenant(
-                id,
-                chrono::Utc::now(),
-                "manual",
-                dry_run,
-                |stage| match &stage.error {
-                    None => println!(
-                        "  {:<18} {:>7} rows  {:>6} ms",
-                        stage.stage, stage.affected, stage.millis
-                    ),
-                    Some(error) => println!("  {:<18} failed: {error}", stage.stage),
-                },
-            )
+            .run_now(id, dry_run, |stage| match &stage.error {
+                None => println!(
+                    "  {:<18} {:>7} rows  {:>6} ms",
+                    stage.stage, stage.affected, stage.millis
+                ),
+                Some(error) => println!("  {:<18} failed: {error}", stage.stage),
+            })
             .await?;
-        failed |= run.failed();
+        match run {
+            Some(run) => failed |= run.failed(),
+            None => println!("  skipped: another consolidation of this tenant is running"),
+        }
     }
     if failed {
         anyhow::bail!("some stages failed (see above)");

@@ -82,7 +82,8 @@ pub async fn up(
         )
     });
 
-    let remember = RememberServer::new(store.clone(), cache.clone(), config.remember.clone());
+    let remember = RememberServer::new(store.clone(), cache.clone(), config.remember.clone())
+        .with_consolidation(config.consolidation.clone());
     let (signer_for_remember, stopped) = (signer.clone(), stop.clone().cancelled_owned());
     tasks.spawn(async move {
         (

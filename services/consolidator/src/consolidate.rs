@@ -241,6 +241,36 @@ impl Consolidator {
         Ok(true)
     }
 
+    /// Consolidates `tenant_id` now, whatever the schedule says. A real
+    /// run takes the tenant's lease (`None` when another run holds it, so
+    /// a manual run never overlaps a scheduled one); a dry run changes
+    /// nothing and needs none.
+    pub async fn run_now(
+        &self,
+        tenant_id: Uuid,
+        dry_run: bool,
+        progress: impl Fn(&StageResult),
+    ) -> mneme_store::Result<Option<Run>> {
+        let now = Utc::now();
+        if dry_run {
+            return self
+                .run_tenant(tenant_id, now, "manual", true, progress)
+                .await
+                .map(Some);
+        }
+        let mut lease_client = self.store.client().await?;
+        let lease = TenantTx::begin(&mut lease_client, tenant_id).await?;
+        if !consolidation::take_lease(&lease, now).await? {
+            return Ok(None);
+        }
+        let run = self
+            .run_tenant(tenant_id, now, "manual", false, progress)
+            .await?;
+        consolidation::finish_lease(&lease, Utc::now()).await?;
+        lease.commit().await?;
+        Ok(Some(run))
+    }
+
     /// One pass over every active tenant; returns how many were
     /// consolidated. A failing tenant is logged and skipped.
     pub async fn poll(&self, stop: &CancellationToken) -> mneme_store::Result<usize> {

@@ -10,16 +10,20 @@ use mneme_proto::v1::recall_service_client::RecallServiceClient;
 use mneme_proto::v1::remember_service_client::RememberServiceClient;
 use mneme_proto::v1::{
     AmendRequest, AmendResponse, BatchProgress, BatchRememberRequest, BatchRememberResult,
-    ContextRequest, ContextResponse, FetchRequest, ForgetRequest, ForgetResponse,
-    FragmentHistoryRequest, FragmentHistoryResponse, GraphExploreRequest, GraphExploreResponse,
-    LinkRequest, LinkResponse, RecallRequest, RecallResponse, RecalledFragment,
-    ReconstructHistoryRequest, ReconstructHistoryResponse, ReflectRequest, ReflectResponse,
-    RememberRequest, RememberResponse, SearchTracesRequest, SearchTracesResponse, StatsRequest,
-    StatsResponse, ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event,
+    ConsolidateProgress, ConsolidateRequest, ConsolidateResult, ContextRequest, ContextResponse,
+    FetchRequest, ForgetRequest, ForgetResponse, FragmentHistoryRequest, FragmentHistoryResponse,
+    GraphExploreRequest, GraphExploreResponse, LinkRequest, LinkResponse, RecallRequest,
+    RecallResponse, RecalledFragment, ReconstructHistoryRequest, ReconstructHistoryResponse,
+    ReflectRequest, ReflectResponse, RememberRequest, RememberResponse, SearchTracesRequest,
+    SearchTracesResponse, StatsRequest, StatsResponse, ToolFeedbackRequest, ToolFeedbackResponse,
+    batch_remember_event, consolidate_event,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+
+/// Deadline of an on-demand consolidation (all stages of one tenant).
+const CONSOLIDATE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A future returned by progress callbacks.
 pub type ProgressFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -119,6 +123,38 @@ impl Backends {
             }
         }
         tracing::error!("batch stream ended without a result");
+        Err(Error::internal())
+    }
+
+    /// Runs a consolidation of the principal's tenant, passing each stage's
+    /// progress to `on_progress`, and returns the final result.
+    pub async fn consolidate(
+        &self,
+        principal: &Principal,
+        message: ConsolidateRequest,
+        mut on_progress: impl FnMut(ConsolidateProgress) -> ProgressFuture,
+    ) -> Result<ConsolidateResult, Error> {
+        let mut request = self.request(principal, message);
+        // A run takes as long as its stages do, not as long as a call.
+        request.set_timeout(self.timeout.max(CONSOLIDATE_TIMEOUT));
+        let mut stream = self
+            .remember_client()
+            .consolidate(request)
+            .await
+            .map_err(|status| from_status(&status))?
+            .into_inner();
+        while let Some(event) = stream
+            .message()
+            .await
+            .map_err(|status| from_status(&status))?
+        {
+            match event.event {
+                Some(consolidate_event::Event::Progress(progress)) => on_progress(progress).await,
+                Some(consolidate_event::Event::Result(result)) => return Ok(result),
+                None => {}
+            }
+        }
+        tracing::error!("consolidation stream ended without a result");
         Err(Error::internal())
     }
 

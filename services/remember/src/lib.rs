@@ -9,7 +9,8 @@
 //! - `reflect`: a session summary as fragments, an episode and a milestone;
 //! - `feedback`: tool feedback and what it teaches (activation, link weights);
 //! - `symbolic`: the symbolic layer on writes (policy gate, claims and
-//!   polarity conflicts), behind `MNEME_SYMBOLIC_*`.
+//!   polarity conflicts), behind `MNEME_SYMBOLIC_*`;
+//! - `consolidate`: consolidation of the caller's tenant on demand (admin).
 //!
 //! A `remember` is acknowledged once its transaction commits. The embedding
 //! is computed afterwards by the embedding worker (mneme-consolidator), which
@@ -17,6 +18,7 @@
 //! full text and keywords.
 #![forbid(unsafe_code)]
 
+mod consolidate;
 mod edit;
 mod feedback;
 mod reflect;
@@ -27,7 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use mneme_cache::Cache;
-use mneme_config::{Config, RememberConfig};
+use mneme_config::{Config, ConsolidationConfig, RememberConfig};
 use mneme_core::Permission;
 use mneme_core::text::Tokenizer;
 use mneme_proto::error::to_status;
@@ -35,9 +37,10 @@ use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::remember_service_server::{RememberService, RememberServiceServer};
 use mneme_proto::v1::{
-    AmendRequest, AmendResponse, BatchRememberEvent, BatchRememberRequest, ForgetRequest,
-    ForgetResponse, LinkRequest, LinkResponse, ReflectRequest, ReflectResponse, RememberRequest,
-    RememberResponse, ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event,
+    AmendRequest, AmendResponse, BatchRememberEvent, BatchRememberRequest, ConsolidateEvent,
+    ConsolidateRequest, ForgetRequest, ForgetResponse, LinkRequest, LinkResponse, ReflectRequest,
+    ReflectResponse, RememberRequest, RememberResponse, ToolFeedbackRequest, ToolFeedbackResponse,
+    batch_remember_event, consolidate_event,
 };
 use mneme_store::Store;
 use tokio::net::TcpListener;
@@ -50,6 +53,7 @@ pub struct RememberServer {
     store: Store,
     cache: Cache,
     settings: Arc<RememberConfig>,
+    consolidation: Arc<ConsolidationConfig>,
     tokenizer: Arc<Tokenizer>,
 }
 
@@ -59,8 +63,16 @@ impl RememberServer {
             store,
             cache,
             settings: Arc::new(settings),
+            consolidation: Arc::new(Config::defaults().consolidation),
             tokenizer: Arc::new(Tokenizer::default()),
         }
+    }
+
+    /// Runs on-demand consolidations with `settings` (default: the
+    /// documented defaults).
+    pub fn with_consolidation(mut self, settings: ConsolidationConfig) -> Self {
+        self.consolidation = Arc::new(settings);
+        self
     }
 }
 
@@ -91,6 +103,36 @@ impl RememberService for RememberServer {
             let last = outcome
                 .map(|result| BatchRememberEvent {
                     event: Some(batch_remember_event::Event::Result(result)),
+                })
+                .map_err(to_status);
+            let _ = sender.send(last).await;
+        });
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    type ConsolidateStream = ReceiverStream<Result<ConsolidateEvent, Status>>;
+
+    async fn consolidate(
+        &self,
+        request: Request<ConsolidateRequest>,
+    ) -> Result<Response<Self::ConsolidateStream>, Status> {
+        let principal = mneme_proto::principal::principal(&request)?;
+        principal.require(Permission::Admin).map_err(to_status)?;
+        let (sender, receiver) = tokio::sync::mpsc::channel(16);
+        let server = self.clone();
+        let message = request.into_inner();
+        tokio::spawn(async move {
+            let progress_sender = sender.clone();
+            let outcome = server
+                .consolidate(&principal, message, |progress| {
+                    let _ = progress_sender.try_send(Ok(ConsolidateEvent {
+                        event: Some(consolidate_event::Event::Progress(progress)),
+                    }));
+                })
+                .await;
+            let last = outcome
+                .map(|result| ConsolidateEvent {
+                    event: Some(consolidate_event::Event::Result(result)),
                 })
                 .map_err(to_status);
             let _ = sender.send(last).await;
@@ -178,7 +220,8 @@ pub async fn run(
     let token = config.require_internal_token()?;
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
-    let server = RememberServer::new(store, cache, config.remember.clone());
+    let server = RememberServer::new(store, cache, config.remember.clone())
+        .with_consolidation(config.consolidation.clone());
     tracing::info!(addr = %listener.local_addr()?, "remember service listening");
     serve(
         server,

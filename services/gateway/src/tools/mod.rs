@@ -11,10 +11,12 @@
 //! Tool implementations live in one submodule per concern: [`remember`],
 //! [`recall`], [`edit`] (forget, amend, link), [`session`] (context,
 //! reflect, tool_feedback), [`explore`] (stats, graph, history, traces),
-//! [`connector`] (ChatGPT's search and fetch) and [`guide`]. Each turns JSON
+//! [`connector`] (ChatGPT's search and fetch), [`guide`] and [`admin`]
+//! (memory_consolidate). Each turns JSON
 //! arguments into a gRPC request and the reply into JSON. [`kinds`] holds
 //! the enumerations they share.
 
+mod admin;
 mod connector;
 mod edit;
 mod explore;
@@ -281,7 +283,8 @@ pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
         .chain(session::tools())
         .chain(explore::tools())
         .chain(connector::tools())
-        .chain(guide::tools());
+        .chain(guide::tools())
+        .chain(admin::tools());
     for spec in all {
         let name = spec.name;
         assert!(
@@ -468,8 +471,9 @@ mod tests {
     #[test]
     fn modes_are_enforced_for_every_tool() {
         let full = [Permission::Read, Permission::Write];
-        let recall_only = principal(&full, Some("recall-only"));
-        let write_only = principal(&full, Some("write-only"));
+        let everything = [Permission::Read, Permission::Write, Permission::Admin];
+        let recall_only = principal(&everything, Some("recall-only"));
+        let write_only = principal(&everything, Some("write-only"));
         for tool in REGISTRY.tools.values() {
             assert_eq!(
                 Registry::authorize(tool, &recall_only).is_ok(),

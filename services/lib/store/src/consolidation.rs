@@ -52,6 +52,13 @@ pub async fn try_lease(
     Ok(true)
 }
 
+/// Takes the tenant's lease for a run on demand, due or not; false when
+/// another run holds it. Like [`try_lease`], the lease lasts as long as
+/// `tx`.
+pub async fn take_lease(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<bool> {
+    try_lease(tx, now, std::time::Duration::ZERO).await
+}
+
 /// Records the end of the leased run; the caller then commits the lease.
 pub async fn finish_lease(tx: &TenantTx<'_>, finished_at: DateTime<Utc>) -> Result<()> {
     tx.execute(
