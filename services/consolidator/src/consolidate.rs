@@ -68,19 +68,23 @@ static STAGE_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     TtlTransition,
-    ImportanceDecay,
+    Decay,
+    FeedbackCalibration,
     ExpiredDelete,
+    ReflectionPurge,
     Utility,
     AnchorPromotion,
     SearchEventsGc,
 }
 
-/// The stages, in the order they run: tiers and importance first, so
-/// garbage collection and utility see this run's values.
+/// The stages, in the order they run: tiers, decay and feedback first, so
+/// garbage collection and utility see this run's importance.
 pub const STAGES: &[Stage] = &[
     Stage::TtlTransition,
-    Stage::ImportanceDecay,
+    Stage::Decay,
+    Stage::FeedbackCalibration,
     Stage::ExpiredDelete,
+    Stage::ReflectionPurge,
     Stage::Utility,
     Stage::AnchorPromotion,
     Stage::SearchEventsGc,
@@ -90,7 +94,9 @@ impl Stage {
     pub fn name(self) -> &'static str {
         match self {
             Stage::TtlTransition => "ttl_transition",
-            Stage::ImportanceDecay => "importance_decay",
+            Stage::Decay => "decay",
+            Stage::FeedbackCalibration => "feedback_calibration",
+            Stage::ReflectionPurge => "reflection_purge",
             Stage::ExpiredDelete => "expired_delete",
             Stage::Utility => "utility",
             Stage::AnchorPromotion => "anchor_promotion",
@@ -106,7 +112,9 @@ impl Stage {
     ) -> mneme_store::Result<u64> {
         match self {
             Stage::TtlTransition => consolidation::ttl_transition(tx, now).await,
-            Stage::ImportanceDecay => consolidation::importance_decay(tx, now).await,
+            Stage::Decay => consolidation::decay(tx, now, rules).await,
+            Stage::FeedbackCalibration => consolidation::feedback_calibration(tx, now).await,
+            Stage::ReflectionPurge => consolidation::reflection_purge(tx, now, rules).await,
             Stage::ExpiredDelete => consolidation::expired_delete(tx, now, rules).await,
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
@@ -146,6 +154,8 @@ impl Consolidator {
             search_event_retention_days: self.settings.search_event_retention_days,
             anchor_min_accesses: self.settings.anchor_min_accesses,
             anchor_min_importance: self.settings.anchor_min_importance,
+            activation_half_life_days: self.settings.activation_half_life_days,
+            reflections_kept: self.settings.reflections_kept,
         }
     }
 

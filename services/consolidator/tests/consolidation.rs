@@ -210,7 +210,7 @@ async fn ttl_tiers_move_on_both_sides_of_their_thresholds() {
 }
 
 #[tokio::test]
-async fn importance_decays_by_half_life_except_for_anchors_and_permanent_memories() {
+async fn importance_and_activation_decay_by_half_life_and_anchors_keep_their_importance() {
     let h = harness().await;
     let sixty_days = format!(
         "importance = 0.8, ttl_tier = 'warm', created_at = {0}, accessed_at = {0}, last_decay_at = NULL",
@@ -221,7 +221,14 @@ async fn importance_decays_by_half_life_except_for_anchors_and_permanent_memorie
         .fragment(
             &h.tenant,
             "fact",
-            &format!("{sixty_days}, is_anchor = true"),
+            &format!("{sixty_days}, is_anchor = true, ema_activation = 0.8"),
+        )
+        .await;
+    let active = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!("{sixty_days}, ema_activation = 0.8"),
         )
         .await;
     let procedure = h.fragment(&h.tenant, "procedure", &sixty_days).await;
@@ -229,17 +236,111 @@ async fn importance_decays_by_half_life_except_for_anchors_and_permanent_memorie
         .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
         .await
         .unwrap();
-    // Fact: half-life 60 days → 0.4; procedure: 30 days → 0.2 (then the
-    // warm tier rule sees it below 0.3 next run); the anchor keeps 0.8.
+    // Fact: half-life 60 days → 0.4; procedure: 30 days → 0.2; the anchor
+    // keeps 0.8; activation 0.8 stretches the half-life to 84 days
+    // (0.8 · 2^(−60/84) ≈ 0.49) and itself halves every 30 days (→ 0.2).
     assert!(h.has(fact, "round(importance * 100) = 40").await);
     assert!(h.has(procedure, "round(importance * 100) = 20").await);
-    assert!(h.has(anchor, "round(importance * 100) = 80").await);
+    assert!(
+        h.has(
+            anchor,
+            "round(importance * 100) = 80 AND round(ema_activation * 100) = 20"
+        )
+        .await
+    );
+    assert!(
+        h.has(
+            active,
+            "round(importance * 100) = 49 AND round(ema_activation * 100) = 20"
+        )
+        .await
+    );
     // A second run at the same instant changes nothing more.
     h.consolidator(settings())
         .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
         .await
         .unwrap();
     assert!(h.has(fact, "round(importance * 100) = 40").await);
+    assert!(h.has(active, "round(ema_activation * 100) = 20").await);
+}
+
+#[tokio::test]
+async fn tool_feedback_calibrates_importance_once_with_a_cap_per_session() {
+    let h = harness().await;
+    let settled = "importance = 0.5, last_decay_at = NOW, accessed_at = NOW";
+    let helpful = h.fragment(&h.tenant, "fact", settled).await;
+    let useless = h.fragment(&h.tenant, "fact", settled).await;
+    let chatty = h.fragment(&h.tenant, "fact", settled).await;
+    let feedback = |session: &str, relevant: bool, sufficient: bool, id: Uuid| {
+        format!(
+            "INSERT INTO mneme.tool_feedback (tenant_id, key_id, session_id, tool_name, relevant,
+                                              sufficient, fragment_ids)
+             VALUES ('{}', '{}', '{session}', 'recall', {relevant}, {sufficient}, ARRAY['{id}'::uuid])",
+            h.tenant.tenant_id, h.tenant.key_id
+        )
+    };
+    h.sql(&h.tenant, &feedback("s-1", true, true, helpful))
+        .await;
+    h.sql(&h.tenant, &feedback("s-1", false, false, useless))
+        .await;
+    // 25 "relevant but not enough" in one session: only 20 count.
+    for _ in 0..25 {
+        h.sql(&h.tenant, &feedback("s-2", true, false, chatty))
+            .await;
+    }
+    for _ in 0..2 {
+        h.consolidator(settings())
+            .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+            .await
+            .unwrap();
+    }
+    // Applied once although consolidation ran twice.
+    assert!(h.has(helpful, "round(importance * 1000) = 525").await);
+    assert!(h.has(useless, "round(importance * 1000) = 475").await);
+    assert!(h.has(chatty, "round(importance * 1000) = 250").await);
+    assert_eq!(
+        h.count(&h.tenant, "tool_feedback", "calibrated_at IS NULL")
+            .await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn old_unimportant_reflections_are_purged_but_the_newest_are_kept() {
+    let h = harness().await;
+    let mut reflections = Vec::new();
+    for age in 40..47 {
+        let assignments = format!(
+            "source = 'reflect', importance = 0.2, last_decay_at = NOW, created_at = {}",
+            days_ago(age)
+        );
+        reflections.push(h.fragment(&h.tenant, "fact", &assignments).await);
+    }
+    let important = h
+        .fragment(
+            &h.tenant,
+            "fact",
+            &format!(
+                "source = 'reflect', importance = 0.5, last_decay_at = NOW, created_at = {}",
+                days_ago(100)
+            ),
+        )
+        .await;
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let purged = run
+        .stages
+        .iter()
+        .find(|s| s.stage == "reflection_purge")
+        .unwrap();
+    assert_eq!(purged.affected, 2, "{:?}", run.stages);
+    for (i, id) in reflections.iter().enumerate() {
+        assert_eq!(h.has(*id, "true").await, i < 5, "reflection {i}");
+    }
+    assert!(h.has(important, "true").await);
 }
 
 #[tokio::test]

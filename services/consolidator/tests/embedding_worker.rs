@@ -41,6 +41,9 @@ fn spawn_worker(db: &TestDatabase, redis: &TestRedis) -> Child {
         )
         .env("MNEME_EMBED_BATCH_SIZE", "64")
         .env("MNEME_EMBED_SWEEP_SECS", "1")
+        // Only the embedding worker is under test: consolidation's row
+        // locks would look like the killed worker's.
+        .env("MNEME_CONSOLIDATION", "false")
         .env("MNEME_LOG", "warn")
         .stdout(Stdio::null())
         .kill_on_drop(true)

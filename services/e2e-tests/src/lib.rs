@@ -44,6 +44,9 @@ impl Stack {
             ("MNEME_REDIS_PREFIX".into(), redis.prefix.clone()),
             ("MNEME_EMBEDDER".into(), embedder.into()),
             ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
+            // Scheduled consolidation would change scores under a test's
+            // feet; tests that want it turn it on, or run it by hand.
+            ("MNEME_CONSOLIDATION".into(), "false".into()),
         ]);
         if let Ok(dir) = std::env::var("MNEME_E5_DIR") {
             env.insert("MNEME_E5_DIR".into(), dir);

@@ -21,8 +21,9 @@ pub(crate) struct ConsolidateArgs {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StageOutcome {
-    /// `ttl_transition`, `importance_decay`, `expired_delete`, `utility`,
-    /// `anchor_promotion` or `search_events_gc`.
+    /// `ttl_transition`, `decay`, `feedback_calibration`,
+    /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`
+    /// or `search_events_gc`.
     pub stage: String,
     /// Memories (or events) changed, or in a dry run that would change.
     pub affected: u64,
@@ -48,8 +49,9 @@ pub(super) fn tools() -> Vec<ToolSpec> {
         "memory_consolidate",
         "Consolidate memory",
         "Run the maintenance stages on this tenant's memory now instead of at the next scheduled \
-         run: TTL tiers, importance decay, garbage collection of forgettable memories, utility \
-         scores, anchor promotion, old search events. Administrators only. Use `dryRun: true` to \
+         run: TTL tiers, importance and activation decay, feedback calibration, garbage \
+         collection of forgettable memories and old reflections, utility scores, anchor \
+         promotion, old search events. Administrators only. Use `dryRun: true` to \
          see what would change. Sends a progress notification per stage when the request carries \
          a progress token.",
         consolidate,

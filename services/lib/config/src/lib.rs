@@ -198,6 +198,8 @@ pub struct ConsolidationConfig {
     pub search_event_retention_days: i32,
     pub anchor_min_accesses: i32,
     pub anchor_min_importance: f32,
+    pub activation_half_life_days: f64,
+    pub reflections_kept: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -769,6 +771,9 @@ impl Config {
             search_event_retention_days: whole(&mut r, settings::SEARCH_EVENT_RETENTION_DAYS),
             anchor_min_accesses: whole(&mut r, settings::ANCHOR_MIN_ACCESSES),
             anchor_min_importance: r.value(settings::ANCHOR_MIN_IMPORTANCE),
+            activation_half_life_days: r.positive(settings::ACTIVATION_HALF_LIFE_DAYS) as f64,
+            reflections_kept: i64::try_from(r.value::<usize>(settings::REFLECTIONS_KEPT))
+                .unwrap_or(i64::MAX),
         };
         if !(0.0..=1.0).contains(&consolidation.anchor_min_importance) {
             r.problem(format!(

@@ -221,7 +221,7 @@ settings! {
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
-            "Run the scheduled maintenance stages (TTL tiers, importance decay, garbage collection, utility, anchor promotion, search-event cleanup) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
         CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
             "Seconds between two consolidations of a tenant.";
         CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
@@ -236,6 +236,10 @@ settings! {
             "Fragments recalled at least this often and at least `MNEME_ANCHOR_MIN_IMPORTANCE` important become anchors.";
         ANCHOR_MIN_IMPORTANCE = "MNEME_ANCHOR_MIN_IMPORTANCE", Some("0.8"),
             "Importance a fragment needs to be promoted to an anchor.";
+        ACTIVATION_HALF_LIFE_DAYS = "MNEME_ACTIVATION_HALF_LIFE_DAYS", Some("30"),
+            "Days in which a fragment's activation (raised by recalls, feedback and spreading activation) halves when nothing raises it again.";
+        REFLECTIONS_KEPT = "MNEME_REFLECTIONS_KEPT", Some("5"),
+            "Newest session reflections of each key and type that the reflection purge always keeps; older ones below importance 0.3 and over 30 days old are deleted.";
     }
     "Metrics" {
         METRICS_ADDR = "MNEME_METRICS_ADDR", None,

@@ -130,6 +130,11 @@ pub struct StageRules {
     pub search_event_retention_days: i32,
     pub anchor_min_accesses: i32,
     pub anchor_min_importance: f32,
+    /// Days in which a fragment's activation halves.
+    pub activation_half_life_days: f64,
+    /// Reflection fragments (`source = reflect`) of each key and type that
+    /// the purge always keeps, newest first.
+    pub reflections_kept: i64,
 }
 
 /// Moves fragments between TTL tiers.
@@ -179,28 +184,34 @@ pub async fn ttl_transition(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64
         .await?)
 }
 
-/// Exponential importance decay with a half-life per type, stretched up to
-/// twice by recent activation: `importance · 2^(−Δt / (half-life ·
-/// clamp(1 + 0.5·activation, 1, 2)))`, at least 0.05, with Δt since the
-/// last decay (or access, or creation). Permanent fragments and anchors
-/// keep their importance.
-pub async fn importance_decay(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64> {
+/// Decay since the last run (or access, or creation), as of `now`:
+/// importance halves per type half-life, stretched up to twice by recent
+/// activation (`importance · 2^(−Δt / (half-life · clamp(1 + 0.5·activation,
+/// 1, 2)))`, at least 0.05; anchors and permanent fragments keep theirs),
+/// and activation halves every `activation_half_life_days` for every
+/// fragment (the reference never decayed it). A fragment is decayed at
+/// most once a day, so runs every few hours do not rewrite every row.
+pub async fn decay(tx: &TenantTx<'_>, now: DateTime<Utc>, rules: &StageRules) -> Result<u64> {
     Ok(tx
         .execute(
             "UPDATE mneme.fragments f
-                SET importance = GREATEST(0.05, LEAST(f.importance, f.importance * power(2.0,
+                SET importance = CASE WHEN f.is_anchor OR f.ttl_tier = 'permanent' THEN f.importance
+                    ELSE GREATEST(0.05, LEAST(f.importance, f.importance * power(2.0,
                         -(extract(epoch FROM $2::timestamptz - COALESCE(f.last_decay_at, f.accessed_at, f.created_at))
                           / 86400.0)
                         / ((CASE f.type WHEN 'procedure' THEN 30 WHEN 'fact' THEN 60
                                         WHEN 'decision' THEN 90 WHEN 'error' THEN 45
                                         WHEN 'preference' THEN 120 WHEN 'relation' THEN 90
                                         ELSE 60 END)
-                           * LEAST(2.0, GREATEST(1.0, 1.0 + 0.5 * f.ema_activation))))))::real,
+                           * LEAST(2.0, GREATEST(1.0, 1.0 + 0.5 * f.ema_activation))))))::real END,
+                    ema_activation = (f.ema_activation * power(2.0,
+                        -(extract(epoch FROM $2::timestamptz - COALESCE(f.last_decay_at, f.accessed_at, f.created_at))
+                          / 86400.0) / $3::float8))::real,
                     last_decay_at = $2
-              WHERE f.tenant_id = $1 AND f.valid_to IS NULL AND NOT f.is_anchor
-                AND f.ttl_tier <> 'permanent'
-                AND COALESCE(f.last_decay_at, f.accessed_at, f.created_at) < $2",
-            &[&tx.tenant_id(), &now],
+              WHERE f.tenant_id = $1 AND f.valid_to IS NULL
+                AND COALESCE(f.last_decay_at, f.accessed_at, f.created_at)
+                    <= $2::timestamptz - interval '1 day'",
+            &[&tx.tenant_id(), &now, &rules.activation_half_life_days],
         )
         .await?)
 }
@@ -297,6 +308,83 @@ pub async fn search_events_gc(
             "DELETE FROM mneme.search_events
               WHERE tenant_id = $1 AND created_at < $2::timestamptz - make_interval(days => $3)",
             &[&tx.tenant_id(), &now, &rules.search_event_retention_days],
+        )
+        .await?)
+}
+
+/// Share of importance one piece of tool feedback moves a fragment it names:
+/// relevant and sufficient, relevant but insufficient, irrelevant.
+pub const FEEDBACK_SUFFICIENT: f64 = 0.05;
+pub const FEEDBACK_INSUFFICIENT: f64 = -0.025;
+pub const FEEDBACK_IRRELEVANT: f64 = -0.05;
+/// Feedback of one session beyond this many calls is ignored, so one
+/// chatty session cannot swing importance.
+pub const FEEDBACK_PER_SESSION: i64 = 20;
+
+/// Applies the tool feedback not yet calibrated to the importance of the
+/// fragments it names (fragments of the key that gave it; anchors
+/// excluded; clipped to 0.05–1) and marks it calibrated, in one statement.
+/// Returns the number of fragments changed.
+pub async fn feedback_calibration(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "WITH consumed AS (
+                 UPDATE mneme.tool_feedback SET calibrated_at = $2
+                  WHERE tenant_id = $1 AND calibrated_at IS NULL
+                 RETURNING id, key_id, session_id, relevant, sufficient, fragment_ids),
+             ranked AS (
+                 SELECT *, row_number() OVER (PARTITION BY key_id, session_id ORDER BY id) AS n
+                   FROM consumed),
+             deltas AS (
+                 SELECT r.key_id, unnest(r.fragment_ids) AS fragment_id,
+                        CASE WHEN NOT r.relevant THEN $3::float8
+                             WHEN r.sufficient THEN $4::float8 ELSE $5::float8 END AS delta
+                   FROM ranked r WHERE r.n <= $6),
+             net AS (
+                 SELECT key_id, fragment_id, sum(delta) AS delta FROM deltas GROUP BY 1, 2)
+             UPDATE mneme.fragments f
+                SET importance = LEAST(1.0, GREATEST(0.05, f.importance * (1 + n.delta)))::real
+               FROM net n
+              WHERE f.tenant_id = $1 AND f.id = n.fragment_id AND f.key_id = n.key_id
+                AND NOT f.is_anchor AND f.valid_to IS NULL AND n.delta <> 0",
+            &[
+                &tx.tenant_id(),
+                &now,
+                &FEEDBACK_IRRELEVANT,
+                &FEEDBACK_SUFFICIENT,
+                &FEEDBACK_INSUFFICIENT,
+                &FEEDBACK_PER_SESSION,
+            ],
+        )
+        .await?)
+}
+
+/// Deletes old, unimportant session reflections: of each key and type the
+/// newest `reflections_kept` stay; of the others, those older than 30 days
+/// below importance 0.3 go, at most 30 per run (never anchors or permanent
+/// ones).
+pub async fn reflection_purge(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "WITH ranked AS (
+                 SELECT id, created_at, importance, is_anchor, ttl_tier,
+                        row_number() OVER (PARTITION BY key_id, type
+                                           ORDER BY created_at DESC, id DESC) AS n
+                   FROM mneme.fragments
+                  WHERE tenant_id = $1 AND source = 'reflect' AND valid_to IS NULL),
+             victims AS (
+                 SELECT id FROM ranked
+                  WHERE n > $3 AND created_at < $2::timestamptz - interval '30 days'
+                    AND importance < 0.3 AND NOT is_anchor AND ttl_tier <> 'permanent'
+                  ORDER BY created_at, id
+                  LIMIT 30)
+             DELETE FROM mneme.fragments f USING victims v
+              WHERE f.tenant_id = $1 AND f.id = v.id",
+            &[&tx.tenant_id(), &now, &rules.reflections_kept],
         )
         .await?)
 }
