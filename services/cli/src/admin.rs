@@ -199,3 +199,15 @@ pub async fn consolidate(
     }
     Ok(())
 }
+
+/// Puts the tenant's parked fragments back into the embedding queue.
+pub async fn requeue_embeddings(config: &Config, tenant: &str) -> anyhow::Result<()> {
+    let store = store(config)?;
+    let tenant_id = tenant_id(&store, tenant).await?;
+    let mut client = store.client().await?;
+    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+    let requeued = mneme_store::fragments::requeue_parked_embeddings(&tx).await?;
+    tx.commit().await?;
+    println!("{requeued} parked fragments are queued for embedding again");
+    Ok(())
+}

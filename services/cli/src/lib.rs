@@ -42,6 +42,9 @@ pub enum Command {
     /// Describe the MCP tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Manage the embedding queue.
+    #[command(subcommand)]
+    Embeddings(EmbeddingsCommand),
     /// Run the consolidation stages now, printing each stage's result.
     Consolidate {
         /// Only this tenant (by name); default: every active tenant.
@@ -50,6 +53,17 @@ pub enum Command {
         /// Report what each stage would change, and change nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EmbeddingsCommand {
+    /// Put a tenant's parked fragments (rejected by the embedding provider
+    /// too often) back into the queue, e.g. after changing the provider.
+    Requeue {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
     },
 }
 
@@ -127,6 +141,9 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
             up::up(config, listeners, mneme_telemetry::shutdown_signal()).await
         }
         Command::Migrate => admin::migrate(&config).await,
+        Command::Embeddings(EmbeddingsCommand::Requeue { tenant }) => {
+            admin::requeue_embeddings(&config, &tenant).await
+        }
         Command::Consolidate { tenant, dry_run } => {
             admin::consolidate(&config, tenant.as_deref(), dry_run).await
         }

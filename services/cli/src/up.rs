@@ -92,7 +92,11 @@ pub async fn up(
         )
     });
 
-    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size);
+    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
+        .with_retries(
+            config.embedding.max_attempts,
+            config.embedding.retry_backoff,
+        );
     let (sweep, worker_stop) = (config.embedding.worker_sweep_interval, stop.clone());
     let worker_cache = cache.clone();
     tasks.spawn(async move {

@@ -22,14 +22,16 @@ pub mod consolidate;
 pub use consolidate::{Consolidator, STAGES, Stage};
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use mneme_cache::Cache;
 use mneme_config::Config;
-use mneme_embed::{Embedder, TextKind};
+use mneme_embed::{EmbedError, Embedder, TextKind};
 use mneme_store::{Store, StoreError, TenantTx, fragments, tenants};
+use mneme_telemetry::metrics::register;
 use pgvector::Vector;
+use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -44,21 +46,44 @@ pub enum WorkerError {
     Embed(#[from] mneme_embed::EmbedError),
 }
 
+static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register(
+        IntCounter::new(
+            "mneme_embedding_parked_total",
+            "Fragments taken out of the embedding queue after the provider rejected them repeatedly.",
+        )
+        .expect("valid metric"),
+    )
+});
+
 /// Consumes the embedding queue.
 #[derive(Debug, Clone)]
 pub struct EmbeddingWorker {
     store: Store,
     embedder: Arc<dyn Embedder>,
     batch_size: usize,
+    max_attempts: i16,
+    retry_backoff: Duration,
 }
 
 impl EmbeddingWorker {
     pub fn new(store: Store, embedder: Arc<dyn Embedder>, batch_size: usize) -> Self {
+        let defaults = Config::defaults().embedding;
         Self {
             store,
             embedder,
             batch_size: batch_size.max(1),
+            max_attempts: defaults.max_attempts,
+            retry_backoff: defaults.retry_backoff,
         }
+    }
+
+    /// Retries of rejected fragments: `max_attempts` tries, the first retry
+    /// after `backoff`, doubling.
+    pub fn with_retries(mut self, max_attempts: i16, backoff: Duration) -> Self {
+        self.max_attempts = max_attempts.max(1);
+        self.retry_backoff = backoff;
+        self
     }
 
     /// Embeds one batch of the tenant's pending fragments in one
@@ -71,12 +96,71 @@ impl EmbeddingWorker {
             return Ok(0);
         }
         let texts: Vec<String> = pending.iter().map(|p| p.content.clone()).collect();
-        let vectors = self.embedder.embed(&texts, TextKind::Passage).await?;
+        let vectors = match self.embedder.embed(&texts, TextKind::Passage).await {
+            Ok(vectors) => vectors,
+            // The provider rejected something in the batch: find out what,
+            // one fragment at a time, so one bad text cannot block the rest.
+            Err(EmbedError::Failed(_)) => {
+                let handled = self.embed_one_by_one(&tx, &pending).await?;
+                tx.commit().await?;
+                return Ok(handled);
+            }
+            Err(error) => return Err(error.into()),
+        };
         let ids: Vec<Uuid> = pending.iter().map(|p| p.id).collect();
         let vectors: Vec<Vector> = vectors.into_iter().map(Vector::from).collect();
         fragments::store_embeddings(&tx, self.embedder.model_id(), &ids, &vectors).await?;
         tx.commit().await?;
         Ok(ids.len())
+    }
+
+    /// Embeds `pending` singly; a fragment the provider rejects is retried
+    /// later with backoff, and parked after the last attempt. An outage
+    /// (not a rejection) aborts the batch, which is then retried whole; so
+    /// does a batch whose every text is rejected, which points at the
+    /// provider's configuration rather than at the texts.
+    async fn embed_one_by_one(
+        &self,
+        tx: &TenantTx<'_>,
+        pending: &[fragments::PendingEmbedding],
+    ) -> Result<usize, WorkerError> {
+        let mut rejected = Vec::new();
+        for item in pending {
+            match self
+                .embedder
+                .embed(std::slice::from_ref(&item.content), TextKind::Passage)
+                .await
+            {
+                Ok(mut vectors) => {
+                    let vector = Vector::from(vectors.pop().unwrap_or_default());
+                    fragments::store_embeddings(
+                        tx,
+                        self.embedder.model_id(),
+                        &[item.id],
+                        &[vector],
+                    )
+                    .await?;
+                }
+                Err(EmbedError::Failed(reason)) => rejected.push((item.id, reason)),
+                Err(error) => return Err(error.into()),
+            }
+        }
+        if pending.len() > 1 && rejected.len() == pending.len() {
+            let reason = rejected.pop().map(|(_, reason)| reason).unwrap_or_default();
+            return Err(EmbedError::Failed(reason).into());
+        }
+        for (id, reason) in rejected {
+            let parked =
+                fragments::embedding_failed(tx, id, &reason, self.retry_backoff, self.max_attempts)
+                    .await?;
+            if parked {
+                PARKED.inc();
+                tracing::warn!(fragment.id = %id, %reason, "fragment parked: the embedding provider keeps rejecting it");
+            } else {
+                tracing::info!(fragment.id = %id, %reason, "embedding rejected; will retry");
+            }
+        }
+        Ok(pending.len())
     }
 
     /// Embeds batches until the tenant's queue is empty or `stop` fires.
@@ -177,7 +261,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
-    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size);
+    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
+        .with_retries(
+            config.embedding.max_attempts,
+            config.embedding.retry_backoff,
+        );
     let stop = CancellationToken::new();
     let embedding = tokio::spawn(worker.run(
         Some(cache),

@@ -212,6 +212,10 @@ settings! {
             "Fragments the embedding worker embeds per transaction.";
         EMBED_SWEEP_SECS = "MNEME_EMBED_SWEEP_SECS", Some("10"),
             "Seconds between the embedding worker's sweeps over all tenants; new fragments are normally picked up at once through a Redis wake-up.";
+        EMBED_MAX_ATTEMPTS = "MNEME_EMBED_MAX_ATTEMPTS", Some("5"),
+            "Times the embedding worker tries a fragment whose text the provider rejects before it parks it out of the queue (it stays findable by full text and keywords; `mneme embeddings requeue` puts parked fragments back).";
+        EMBED_RETRY_BACKOFF_SECS = "MNEME_EMBED_RETRY_BACKOFF_SECS", Some("60"),
+            "Wait before the first retry of a rejected fragment; each further retry waits twice as long.";
         EMBED_TIMEOUT_MS = "MNEME_EMBED_TIMEOUT_MS", Some("8000"),
             "Deadline of one embedding call (any provider), in milliseconds. A query whose embedding misses it is answered by the lexical layers; a stored fragment stays queued and is retried.";
         EMBED_CONCURRENCY = "MNEME_EMBED_CONCURRENCY", Some("6"),

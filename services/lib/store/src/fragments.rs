@@ -772,7 +772,8 @@ pub async fn lock_pending_embeddings(
     let rows = tx
         .query(
             "SELECT id, content FROM mneme.fragments
-              WHERE tenant_id = $1 AND embedding IS NULL
+              WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NULL
+                AND (embedding_retry_at IS NULL OR embedding_retry_at <= now())
               ORDER BY created_at
               LIMIT $2
               FOR NO KEY UPDATE SKIP LOCKED",
@@ -806,11 +807,59 @@ pub async fn store_embeddings(
         .await?)
 }
 
-/// Fragments of the tenant still waiting for an embedding.
+/// Records that embedding the locked fragment `id` failed with `error`:
+/// it is retried after `backoff`, or parked out of the queue once it has
+/// failed `max_attempts` times. Returns true when it was parked.
+pub async fn embedding_failed(
+    tx: &TenantTx<'_>,
+    id: Uuid,
+    error: &str,
+    backoff: std::time::Duration,
+    max_attempts: i16,
+) -> Result<bool> {
+    let row = tx
+        .query_one(
+            "UPDATE mneme.fragments
+                SET embedding_attempts = embedding_attempts + 1,
+                    embedding_error = left($3, 500),
+                    embedding_retry_at = CASE WHEN embedding_attempts + 1 >= $5::int2 THEN NULL
+                        ELSE now() + make_interval(secs => $4 * power(2, embedding_attempts)) END,
+                    embedding_parked_at = CASE WHEN embedding_attempts + 1 >= $5::int2 THEN now() END
+              WHERE tenant_id = $1 AND id = $2
+             RETURNING embedding_parked_at IS NOT NULL",
+            &[
+                &tx.tenant_id(),
+                &id,
+                &error,
+                &backoff.as_secs_f64(),
+                &max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Puts the tenant's parked fragments back into the embedding queue (after
+/// the provider or the model changed). Returns how many.
+pub async fn requeue_parked_embeddings(tx: &TenantTx<'_>) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments
+                SET embedding_attempts = 0, embedding_retry_at = NULL,
+                    embedding_parked_at = NULL, embedding_error = NULL
+              WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NOT NULL",
+            &[&tx.tenant_id()],
+        )
+        .await?)
+}
+
+/// Fragments of the tenant still waiting for an embedding (parked ones
+/// excluded).
 pub async fn count_pending_embeddings(tx: &TenantTx<'_>) -> Result<i64> {
     Ok(tx
         .query_one(
-            "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND embedding IS NULL",
+            "SELECT count(*) FROM mneme.fragments
+              WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NULL",
             &[&tx.tenant_id()],
         )
         .await?

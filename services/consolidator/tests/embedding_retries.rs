@@ -1,0 +1,167 @@
+//! A fragment whose text the embedding provider rejects is retried with
+//! backoff and then parked, without holding up the rest of its tenant's
+//! queue; `requeue_parked_embeddings` puts it back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use mneme_cache::Cache;
+use mneme_config::Config;
+use mneme_consolidator::EmbeddingWorker;
+use mneme_embed::{EmbedError, Embedder, TextKind};
+use mneme_proto::v1::RememberRequest;
+use mneme_remember::RememberServer;
+use mneme_store::{TenantTx, fragments};
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
+use tokio_util::sync::CancellationToken;
+
+/// Rejects any text containing "POISON" unless `cured`.
+#[derive(Debug, Default)]
+struct Picky {
+    cured: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Embedder for Picky {
+    fn model_id(&self) -> &str {
+        "picky"
+    }
+    fn dimension(&self) -> usize {
+        384
+    }
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if !self.cured.load(Ordering::SeqCst) && texts.iter().any(|t| t.contains("POISON")) {
+            return Err(EmbedError::Failed("input rejected by the provider".into()));
+        }
+        Ok(texts.iter().map(|_| vec![1.0; 384]).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue() {
+    let db = TestDatabase::create().await;
+    let redis = TestRedis::new();
+    let store = db.store();
+    let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+    let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
+    let principal = mneme_core::Principal {
+        tenant_id: tenant.tenant_id,
+        key_id: tenant.key_id,
+        group_key_ids: vec![],
+        user_id: None,
+        permissions: ALL_PERMISSIONS.to_vec(),
+        workspace: None,
+        mode: None,
+        session_id: None,
+        agent_id: "default".into(),
+    };
+    for content in [
+        "The deploy runs at noon every weekday.",
+        "This POISON fragment upsets the provider every time.",
+        "Backups are kept for thirty days.",
+    ] {
+        remember
+            .remember(
+                &principal,
+                RememberRequest {
+                    content: content.into(),
+                    topic: "ops".into(),
+                    r#type: "fact".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let picky = Arc::new(Picky::default());
+    // Two tries, retried at once (no backoff) to keep the test fast.
+    let worker =
+        EmbeddingWorker::new(store.clone(), picky.clone(), 32).with_retries(2, Duration::ZERO);
+    let stop = CancellationToken::new();
+    let count = |condition: &'static str| db.count_in_tenant(tenant.tenant_id, condition);
+
+    worker.drain_tenant(tenant.tenant_id, &stop).await.unwrap();
+    assert_eq!(
+        count("embedding IS NOT NULL").await,
+        2,
+        "the good ones are not held up"
+    );
+    assert_eq!(
+        count("embedding_parked_at IS NOT NULL").await,
+        1,
+        "parked after two tries"
+    );
+    assert_eq!(
+        count("embedding_attempts = 2 AND embedding_error LIKE '%rejected%'").await,
+        1
+    );
+    let pending = {
+        let mut client = store.client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+            .await
+            .unwrap();
+        fragments::count_pending_embeddings(&tx).await.unwrap()
+    };
+    assert_eq!(pending, 0, "a parked fragment is not pending");
+
+    // After the provider is fixed, an operator requeues it.
+    picky.cured.store(true, Ordering::SeqCst);
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    assert_eq!(fragments::requeue_parked_embeddings(&tx).await.unwrap(), 1);
+    tx.commit().await.unwrap();
+    worker.drain_tenant(tenant.tenant_id, &stop).await.unwrap();
+    assert_eq!(count("embedding IS NOT NULL").await, 3);
+}
+
+#[tokio::test]
+async fn a_rejected_fragment_waits_for_its_backoff() {
+    let db = TestDatabase::create().await;
+    let redis = TestRedis::new();
+    let store = db.store();
+    let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+    let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
+    let principal = mneme_core::Principal {
+        tenant_id: tenant.tenant_id,
+        key_id: tenant.key_id,
+        group_key_ids: vec![],
+        user_id: None,
+        permissions: ALL_PERMISSIONS.to_vec(),
+        workspace: None,
+        mode: None,
+        session_id: None,
+        agent_id: "default".into(),
+    };
+    remember
+        .remember(
+            &principal,
+            RememberRequest {
+                content: "Another POISON fragment for the provider.".into(),
+                topic: "ops".into(),
+                r#type: "fact".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let worker = EmbeddingWorker::new(store.clone(), Arc::new(Picky::default()), 32)
+        .with_retries(5, Duration::from_secs(3600));
+    let stop = CancellationToken::new();
+    worker.drain_tenant(tenant.tenant_id, &stop).await.unwrap();
+    worker.drain_tenant(tenant.tenant_id, &stop).await.unwrap();
+    // One attempt: the second drain found it still waiting for its retry.
+    assert_eq!(
+        db.count_in_tenant(
+            tenant.tenant_id,
+            "embedding_attempts = 1 AND embedding_retry_at > now() + interval '50 minutes'
+             AND embedding_parked_at IS NULL"
+        )
+        .await,
+        1
+    );
+}
