@@ -20,8 +20,10 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use mneme_config::ConsolidationConfig;
-use mneme_store::consolidation::{self, Run, StageResult, StageRules};
-use mneme_store::{Store, TenantTx, tenants};
+use mneme_core::contradiction;
+use mneme_store::consolidation::{self, ContradictionRules, Run, StageResult, StageRules};
+use mneme_store::feedback::{self, LinkLesson};
+use mneme_store::{Store, TenantTx, links, tenants};
 use mneme_telemetry::metrics::register;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use tokio_util::sync::CancellationToken;
@@ -74,6 +76,7 @@ pub enum Stage {
     ReflectionPurge,
     Utility,
     AnchorPromotion,
+    ContradictionDetection,
     SearchEventsGc,
 }
 
@@ -87,6 +90,7 @@ pub const STAGES: &[Stage] = &[
     Stage::ReflectionPurge,
     Stage::Utility,
     Stage::AnchorPromotion,
+    Stage::ContradictionDetection,
     Stage::SearchEventsGc,
 ];
 
@@ -100,6 +104,7 @@ impl Stage {
             Stage::ExpiredDelete => "expired_delete",
             Stage::Utility => "utility",
             Stage::AnchorPromotion => "anchor_promotion",
+            Stage::ContradictionDetection => "contradiction_detection",
             Stage::SearchEventsGc => "search_events_gc",
         }
     }
@@ -118,6 +123,7 @@ impl Stage {
             Stage::ExpiredDelete => consolidation::expired_delete(tx, now, rules).await,
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
+            Stage::ContradictionDetection => detect_contradictions(tx, now, rules).await,
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
         }
     }
@@ -133,6 +139,67 @@ fn describe(error: &dyn std::error::Error) -> String {
         cause = inner.source();
     }
     text
+}
+
+/// How long a link quarantined by contradiction detection is protected from
+/// another quarantine (the reconsolidation rate limit).
+const QUARANTINE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Checks new fragments against similar older ones of their key and topic:
+/// pairs the rules of `mneme_core::contradiction` find contradictory get a
+/// `contradicts` link (newer → older), the `related`/`temporal` links
+/// between them are quarantined and the older one loses half its
+/// importance; very similar undecided pairs are queued as `pending` for a
+/// model. Returns the pairs recorded.
+async fn detect_contradictions(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> mneme_store::Result<u64> {
+    let pairs = consolidation::contradiction_pairs(tx, now, &rules.contradiction).await?;
+    let mut recorded = 0;
+    for pair in &pairs {
+        match contradiction::judge(&pair.newer, &pair.older) {
+            Some(reason) => {
+                consolidation::record_contradiction_candidate(
+                    tx,
+                    pair,
+                    "contradiction",
+                    Some(reason.as_str()),
+                    now,
+                )
+                .await?;
+                links::upsert(
+                    tx,
+                    &[pair.key_id],
+                    pair.newer_id,
+                    pair.older_id,
+                    "contradicts",
+                    1.0,
+                )
+                .await?;
+                feedback::reconsolidate_links(
+                    tx,
+                    pair.key_id,
+                    &[pair.newer_id, pair.older_id],
+                    &["related", "temporal"],
+                    LinkLesson::QUARANTINE,
+                    "contradiction_detection",
+                    QUARANTINE_INTERVAL,
+                )
+                .await?;
+                consolidation::weaken_contradicted(tx, pair.older_id).await?;
+                recorded += 1;
+            }
+            None if pair.similarity >= rules.contradiction.ambiguous_similarity => {
+                consolidation::record_contradiction_candidate(tx, pair, "pending", None, now)
+                    .await?;
+                recorded += 1;
+            }
+            None => {}
+        }
+    }
+    Ok(recorded)
 }
 
 /// Runs consolidations.
@@ -156,6 +223,11 @@ impl Consolidator {
             anchor_min_importance: self.settings.anchor_min_importance,
             activation_half_life_days: self.settings.activation_half_life_days,
             reflections_kept: self.settings.reflections_kept,
+            contradiction: ContradictionRules {
+                similarity: self.settings.contradiction_similarity,
+                ambiguous_similarity: self.settings.contradiction_ambiguous_similarity,
+                per_run: self.settings.contradiction_per_run,
+            },
         }
     }
 

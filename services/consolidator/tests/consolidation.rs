@@ -68,7 +68,51 @@ fn now() -> DateTime<Utc> {
     "2030-06-01T00:00:00Z".parse().unwrap()
 }
 
+/// A unit vector along `axis`: equal axes give similarity 1, different
+/// ones 0.
+fn axis(axis: usize) -> String {
+    let values: Vec<&str> = (0..384)
+        .map(|d| if d == axis { "1" } else { "0" })
+        .collect();
+    format!(
+        "embedding = '[{}]'::vector, embedding_model = 'test'",
+        values.join(",")
+    )
+}
+
 impl Harness {
+    /// Stores `content` in `tenant` under `topic` and sets `assignments`.
+    async fn statement(
+        &self,
+        tenant: &TestTenant,
+        content: &str,
+        topic: &str,
+        assignments: &str,
+    ) -> Uuid {
+        let id: Uuid = self
+            .remember
+            .remember(
+                &principal(tenant),
+                RememberRequest {
+                    content: content.into(),
+                    topic: topic.into(),
+                    r#type: "fact".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap()
+            .id
+            .parse()
+            .unwrap();
+        self.sql(
+            tenant,
+            &format!("UPDATE mneme.fragments SET {assignments} WHERE id = '{id}'"),
+        )
+        .await;
+        id
+    }
+
     fn consolidator(&self, settings: ConsolidationConfig) -> Consolidator {
         Consolidator::new(self.db.store(), settings)
     }
@@ -526,4 +570,177 @@ async fn each_due_tenant_is_consolidated_once_however_many_consolidators_poll() 
         "taken over after the holder died"
     );
     assert_eq!(h.count(&h.tenant, "consolidation_runs", "true").await, 2);
+}
+
+#[tokio::test]
+async fn contradictions_are_found_by_rules_within_a_key_and_topic_and_undecided_pairs_queued() {
+    let h = harness().await;
+    let at = |days: i64, axis_of: usize| {
+        format!(
+            "{}, importance = 0.6, last_decay_at = NOW, created_at = {}",
+            axis(axis_of),
+            days_ago(days)
+        )
+    };
+    let kept_30 = h
+        .statement(
+            &h.tenant,
+            "Backups are kept for 30 days.",
+            "backups",
+            &at(3, 0),
+        )
+        .await;
+    let kept_14 = h
+        .statement(
+            &h.tenant,
+            "Backups are kept for 14 days.",
+            "backups",
+            &at(2, 0),
+        )
+        .await;
+    let uses = h
+        .statement(&h.tenant, "The cache uses Redis.", "cache", &at(3, 1))
+        .await;
+    let does_not = h
+        .statement(
+            &h.tenant,
+            "The cache does not use Redis.",
+            "cache",
+            &at(2, 1),
+        )
+        .await;
+    let mondays = h
+        .statement(&h.tenant, "Deploys run on Mondays.", "deploys", &at(3, 2))
+        .await;
+    let channel = h
+        .statement(
+            &h.tenant,
+            "Deploys are announced in the ops channel.",
+            "deploys",
+            &at(2, 2),
+        )
+        .await;
+    // The same numbers clash across topics: not compared.
+    let elsewhere = h
+        .statement(
+            &h.tenant,
+            "Backups are kept for 7 days.",
+            "archive",
+            &at(1, 0),
+        )
+        .await;
+    // Another tenant's identical statements are never compared with these.
+    h.statement(
+        &h.other,
+        "Backups are kept for 90 days.",
+        "backups",
+        &at(1, 0),
+    )
+    .await;
+
+    let dry = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", true, |_| {})
+        .await
+        .unwrap();
+    let found = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "contradiction_detection")
+            .unwrap()
+            .affected
+    };
+    assert_eq!(found(&dry), 3, "{:?}", dry.stages);
+    assert_eq!(
+        h.count(&h.tenant, "contradiction_candidates", "true").await,
+        0
+    );
+
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(found(&run), 3, "{:?}", run.stages);
+    let candidate = |newer: Uuid, older: Uuid, rest: &str| {
+        format!("newer_id = '{newer}' AND older_id = '{older}' AND {rest}")
+    };
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            &candidate(
+                kept_14,
+                kept_30,
+                "status = 'contradiction' AND reason = 'numeric_mismatch'"
+            )
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            &candidate(
+                does_not,
+                uses,
+                "status = 'contradiction' AND reason = 'polarity'"
+            )
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            &candidate(
+                channel,
+                mondays,
+                "status = 'pending' AND decided_at IS NULL"
+            )
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            &format!("newer_id = '{elsewhere}' OR older_id = '{elsewhere}'")
+        )
+        .await,
+        0
+    );
+    for (newer, older) in [(kept_14, kept_30), (does_not, uses)] {
+        assert_eq!(
+            h.count(
+                &h.tenant,
+                "fragment_links",
+                &format!(
+                    "from_id = '{newer}' AND to_id = '{older}' AND relation_type = 'contradicts'"
+                )
+            )
+            .await,
+            1
+        );
+        assert!(
+            h.has(older, "round(importance * 100) = 30").await,
+            "the older one is weakened"
+        );
+        assert!(h.has(newer, "round(importance * 100) = 60").await);
+    }
+    assert_eq!(
+        h.count(&h.other, "contradiction_candidates", "true").await,
+        0
+    );
+
+    // Each fragment is checked once.
+    let again = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(found(&again), 0);
 }

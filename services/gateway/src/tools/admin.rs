@@ -22,8 +22,8 @@ pub(crate) struct ConsolidateArgs {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StageOutcome {
     /// `ttl_transition`, `decay`, `feedback_calibration`,
-    /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`
-    /// or `search_events_gc`.
+    /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`,
+    /// `contradiction_detection` or `search_events_gc`.
     pub stage: String,
     /// Memories (or events) changed, or in a dry run that would change.
     pub affected: u64,
@@ -51,7 +51,7 @@ pub(super) fn tools() -> Vec<ToolSpec> {
         "Run the maintenance stages on this tenant's memory now instead of at the next scheduled \
          run: TTL tiers, importance and activation decay, feedback calibration, garbage \
          collection of forgettable memories and old reflections, utility scores, anchor \
-         promotion, old search events. Administrators only. Use `dryRun: true` to \
+         promotion, contradiction detection, old search events. Administrators only. Use `dryRun: true` to \
          see what would change. Sends a progress notification per stage when the request carries \
          a progress token.",
         consolidate,

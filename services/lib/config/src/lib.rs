@@ -200,6 +200,9 @@ pub struct ConsolidationConfig {
     pub anchor_min_importance: f32,
     pub activation_half_life_days: f64,
     pub reflections_kept: i64,
+    pub contradiction_similarity: f32,
+    pub contradiction_ambiguous_similarity: f32,
+    pub contradiction_per_run: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -781,7 +784,26 @@ impl Config {
             activation_half_life_days: r.positive(settings::ACTIVATION_HALF_LIFE_DAYS) as f64,
             reflections_kept: i64::try_from(r.value::<usize>(settings::REFLECTIONS_KEPT))
                 .unwrap_or(i64::MAX),
+            contradiction_similarity: r.value(settings::CONTRADICTION_SIMILARITY),
+            contradiction_ambiguous_similarity: r
+                .value(settings::CONTRADICTION_AMBIGUOUS_SIMILARITY),
+            contradiction_per_run: i64::try_from(r.positive(settings::CONTRADICTION_PER_RUN))
+                .unwrap_or(i64::MAX),
         };
+        for (setting, similarity) in [
+            (
+                settings::CONTRADICTION_SIMILARITY,
+                consolidation.contradiction_similarity,
+            ),
+            (
+                settings::CONTRADICTION_AMBIGUOUS_SIMILARITY,
+                consolidation.contradiction_ambiguous_similarity,
+            ),
+        ] {
+            if !(-1.0..=1.0).contains(&similarity) {
+                r.problem(format!("{} must be between -1 and 1", setting.name));
+            }
+        }
         if !(0.0..=1.0).contains(&consolidation.anchor_min_importance) {
             r.problem(format!(
                 "{} must be between 0 and 1",

@@ -225,7 +225,7 @@ settings! {
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
-            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, contradiction detection, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
         CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
             "Seconds between two consolidations of a tenant.";
         CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
@@ -242,6 +242,12 @@ settings! {
             "Importance a fragment needs to be promoted to an anchor.";
         ACTIVATION_HALF_LIFE_DAYS = "MNEME_ACTIVATION_HALF_LIFE_DAYS", Some("30"),
             "Days in which a fragment's activation (raised by recalls, feedback and spreading activation) halves when nothing raises it again.";
+        CONTRADICTION_SIMILARITY = "MNEME_CONTRADICTION_SIMILARITY", Some("0.85"),
+            "Contradiction detection compares each new fragment with its most similar older fragments of the same key and topic at or above this cosine similarity. The verdict comes from rules (negated claims, same sentence with other numbers), not from the similarity.";
+        CONTRADICTION_AMBIGUOUS_SIMILARITY = "MNEME_CONTRADICTION_AMBIGUOUS_SIMILARITY", Some("0.95"),
+            "Pairs the rules leave undecided are queued for a language model's verdict (`contradiction_candidates`, status `pending`) at or above this similarity. On multilingual-e5-small related sentences score 0.85-0.93, so the default only queues near-restatements.";
+        CONTRADICTION_PER_RUN = "MNEME_CONTRADICTION_PER_RUN", Some("20"),
+            "New fragments checked for contradictions per consolidation of a tenant; the rest wait for the next run.";
         REFLECTIONS_KEPT = "MNEME_REFLECTIONS_KEPT", Some("5"),
             "Newest session reflections of each key and type that the reflection purge always keeps; older ones below importance 0.3 and over 30 days old are deleted.";
     }

@@ -6,6 +6,8 @@
 //! - [`api_key`]: the API key format, generation and verification.
 //! - [`claims`]: rule-based claim extraction (subject, predicate, object,
 //!   polarity) for the symbolic layer.
+//! - [`contradiction`]: the rules that judge two similar memories
+//!   contradictory without a language model.
 //! - [`error`]: [`ErrorCode`] and its single mapping to HTTP, gRPC and JSON-RPC.
 //! - [`principal`]: the authenticated caller and its permissions.
 //! - [`fragment`]: fragment types, tiers, limits and [`fragment::prepare`].
@@ -18,6 +20,7 @@
 
 pub mod api_key;
 pub mod claims;
+pub mod contradiction;
 pub mod error;
 pub mod fragment;
 pub mod policy;

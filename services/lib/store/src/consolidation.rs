@@ -135,6 +135,7 @@ pub struct StageRules {
     /// Reflection fragments (`source = reflect`) of each key and type that
     /// the purge always keeps, newest first.
     pub reflections_kept: i64,
+    pub contradiction: ContradictionRules,
 }
 
 /// Moves fragments between TTL tiers.
@@ -385,6 +386,117 @@ pub async fn reflection_purge(
              DELETE FROM mneme.fragments f USING victims v
               WHERE f.tenant_id = $1 AND f.id = v.id",
             &[&tx.tenant_id(), &now, &rules.reflections_kept],
+        )
+        .await?)
+}
+
+/// Thresholds of contradiction detection.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContradictionRules {
+    /// Older fragments of the same key and topic at least this similar are
+    /// compared with a new one.
+    pub similarity: f32,
+    /// Undecided pairs at least this similar wait for a model's verdict.
+    pub ambiguous_similarity: f32,
+    /// New fragments checked per run.
+    pub per_run: i64,
+}
+
+/// How a fragment checked for contradictions compares with one older one.
+#[derive(Debug, Clone)]
+pub struct ContradictionPair {
+    pub key_id: Uuid,
+    pub newer_id: Uuid,
+    pub newer: String,
+    pub older_id: Uuid,
+    pub older: String,
+    pub similarity: f32,
+}
+
+/// Takes up to `per_run` unchecked, embedded, valid fragments, marks them
+/// checked, and returns them paired with their three most similar older
+/// valid fragments of the same key and topic above `similarity` (exact
+/// search: these sets are small and must not be approximated).
+pub async fn contradiction_pairs(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &ContradictionRules,
+) -> Result<Vec<ContradictionPair>> {
+    let rows = tx
+        .query(
+            "WITH batch AS (
+                 UPDATE mneme.fragments f SET contradiction_checked_at = $2
+                  WHERE f.tenant_id = $1 AND f.id IN (
+                        SELECT id FROM mneme.fragments
+                         WHERE tenant_id = $1 AND contradiction_checked_at IS NULL
+                           AND valid_to IS NULL AND embedding IS NOT NULL
+                         ORDER BY created_at, id LIMIT $3)
+                 RETURNING f.id, f.key_id, f.topic, f.content, f.embedding, f.created_at)
+             SELECT b.key_id, b.id, b.content, o.id, o.content, o.similarity
+               FROM batch b
+               CROSS JOIN LATERAL (
+                    SELECT o.id, o.content, (1 - (o.embedding <=> b.embedding))::real AS similarity
+                      FROM mneme.fragments o
+                     WHERE o.tenant_id = $1 AND o.key_id = b.key_id AND o.topic = b.topic
+                       AND o.valid_to IS NULL AND o.embedding IS NOT NULL AND o.id <> b.id
+                       AND (o.created_at, o.id) < (b.created_at, b.id)
+                     ORDER BY 1 - (o.embedding <=> b.embedding) DESC, o.id
+                     LIMIT 3) o
+              WHERE o.similarity >= $4",
+            &[&tx.tenant_id(), &now, &rules.per_run, &rules.similarity],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| ContradictionPair {
+            key_id: row.get(0),
+            newer_id: row.get(1),
+            newer: row.get(2),
+            older_id: row.get(3),
+            older: row.get(4),
+            similarity: row.get(5),
+        })
+        .collect())
+}
+
+/// Records the verdict on a pair: `contradiction` (with the rule that
+/// found it) or `pending` (for a model to judge).
+pub async fn record_contradiction_candidate(
+    tx: &TenantTx<'_>,
+    pair: &ContradictionPair,
+    status: &str,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO mneme.contradiction_candidates
+             (tenant_id, newer_id, older_id, similarity, status, reason, created_at, decided_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz,
+                 CASE WHEN $5::text = 'pending' THEN NULL ELSE $7::timestamptz END)
+         ON CONFLICT (tenant_id, newer_id, older_id) DO NOTHING",
+        &[
+            &tx.tenant_id(),
+            &pair.newer_id,
+            &pair.older_id,
+            &pair.similarity,
+            &status,
+            &reason,
+            &now,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The older of two contradicting fragments loses half its importance
+/// (not below 0.05; anchors keep theirs): the newer statement is the
+/// likelier truth, but nothing is hidden.
+pub async fn weaken_contradicted(tx: &TenantTx<'_>, older_id: Uuid) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments SET importance = GREATEST(0.05, importance * 0.5)
+              WHERE tenant_id = $1 AND id = $2 AND NOT is_anchor",
+            &[&tx.tenant_id(), &older_id],
         )
         .await?)
 }
