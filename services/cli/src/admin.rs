@@ -181,12 +181,13 @@ pub async fn consolidate(
             }
         );
         let run = consolidator
-            .run_now(id, dry_run, |stage| match &stage.error {
-                None => println!(
-                    "  {:<18} {:>7} rows  {:>6} ms",
+            .run_now(id, dry_run, |stage| match (&stage.error, &stage.skipped) {
+                (None, Some(why)) => println!("  {:<26} skipped: {why}", stage.stage),
+                (None, None) => println!(
+                    "  {:<26} {:>7} rows  {:>6} ms",
                     stage.stage, stage.affected, stage.millis
                 ),
-                Some(error) => println!("  {:<18} failed: {error}", stage.stage),
+                (Some(error), _) => println!("  {:<26} failed: {error}", stage.stage),
             })
             .await?;
         match run {

@@ -15,19 +15,23 @@
 //!   can run; each tenant is consolidated by one of them at a time, and a
 //!   tenant whose consolidator dies is taken over at the next poll.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use mneme_config::ConsolidationConfig;
 use mneme_core::contradiction;
-use mneme_store::consolidation::{self, ContradictionRules, Run, StageResult, StageRules};
+use mneme_store::consolidation::{
+    self, ContradictionPair, ContradictionRules, Run, StageResult, StageRules,
+};
 use mneme_store::feedback::{self, LinkLesson};
 use mneme_store::{Store, TenantTx, links, tenants};
 use mneme_telemetry::metrics::register;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::llm::{self, Llm, LlmError};
 
 static STAGE_AFFECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
@@ -77,6 +81,7 @@ pub enum Stage {
     Utility,
     AnchorPromotion,
     ContradictionDetection,
+    ContradictionAdjudication,
     SearchEventsGc,
 }
 
@@ -91,6 +96,7 @@ pub const STAGES: &[Stage] = &[
     Stage::Utility,
     Stage::AnchorPromotion,
     Stage::ContradictionDetection,
+    Stage::ContradictionAdjudication,
     Stage::SearchEventsGc,
 ];
 
@@ -105,6 +111,7 @@ impl Stage {
             Stage::Utility => "utility",
             Stage::AnchorPromotion => "anchor_promotion",
             Stage::ContradictionDetection => "contradiction_detection",
+            Stage::ContradictionAdjudication => "contradiction_adjudication",
             Stage::SearchEventsGc => "search_events_gc",
         }
     }
@@ -124,6 +131,8 @@ impl Stage {
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
             Stage::ContradictionDetection => detect_contradictions(tx, now, rules).await,
+            // Needs the model's verdicts first: see `Consolidator::adjudicate`.
+            Stage::ContradictionAdjudication => Ok(0),
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
         }
     }
@@ -169,26 +178,7 @@ async fn detect_contradictions(
                     now,
                 )
                 .await?;
-                links::upsert(
-                    tx,
-                    &[pair.key_id],
-                    pair.newer_id,
-                    pair.older_id,
-                    "contradicts",
-                    1.0,
-                )
-                .await?;
-                feedback::reconsolidate_links(
-                    tx,
-                    pair.key_id,
-                    &[pair.newer_id, pair.older_id],
-                    &["related", "temporal"],
-                    LinkLesson::QUARANTINE,
-                    "contradiction_detection",
-                    QUARANTINE_INTERVAL,
-                )
-                .await?;
-                consolidation::weaken_contradicted(tx, pair.older_id).await?;
+                apply_contradiction(tx, pair, "contradiction_detection").await?;
                 recorded += 1;
             }
             None if pair.similarity >= rules.contradiction.ambiguous_similarity => {
@@ -202,16 +192,114 @@ async fn detect_contradictions(
     Ok(recorded)
 }
 
+/// What follows from two memories contradicting each other: a
+/// `contradicts` link (newer → older), quarantine of the `related` and
+/// `temporal` links between them, and half the older one's importance.
+async fn apply_contradiction(
+    tx: &TenantTx<'_>,
+    pair: &ContradictionPair,
+    reason: &str,
+) -> mneme_store::Result<()> {
+    links::upsert(
+        tx,
+        &[pair.key_id],
+        pair.newer_id,
+        pair.older_id,
+        "contradicts",
+        1.0,
+    )
+    .await?;
+    feedback::reconsolidate_links(
+        tx,
+        pair.key_id,
+        &[pair.newer_id, pair.older_id],
+        &["related", "temporal"],
+        LinkLesson::QUARANTINE,
+        reason,
+        QUARANTINE_INTERVAL,
+    )
+    .await?;
+    consolidation::weaken_contradicted(tx, pair.older_id).await?;
+    Ok(())
+}
+
+/// A model's verdict on a pending pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Contradiction,
+    Compatible,
+}
+
+const JUDGE_INSTRUCTIONS: &str = "You compare two notes an AI agent stored about the same topic, \
+    the second written later. Decide whether they contradict each other (both cannot be true at \
+    once) or are compatible (they can both be true, or one refines the other). Answer with JSON \
+    only: {\"verdict\": \"contradiction\" | \"compatible\"}.";
+
 /// Runs consolidations.
 #[derive(Debug, Clone)]
 pub struct Consolidator {
     store: Store,
     settings: ConsolidationConfig,
+    llm: Option<Arc<Llm>>,
 }
 
 impl Consolidator {
     pub fn new(store: Store, settings: ConsolidationConfig) -> Self {
-        Self { store, settings }
+        let llm = settings.llm.clone().and_then(|llm| {
+            Llm::new(llm)
+                .inspect_err(
+                    |error| tracing::error!(%error, "cannot build the language model client"),
+                )
+                .ok()
+                .map(Arc::new)
+        });
+        Self {
+            store,
+            settings,
+            llm,
+        }
+    }
+
+    /// The model's verdicts on the tenant's oldest pending contradiction
+    /// candidates. Read in a transaction of its own and asked outside any,
+    /// so no database connection waits for the model. Pairs the model
+    /// fails on stay pending; an open breaker ends the round.
+    async fn adjudicate(
+        &self,
+        llm: &Llm,
+        tenant_id: Uuid,
+    ) -> mneme_store::Result<Vec<(ContradictionPair, Verdict)>> {
+        let pending = {
+            let mut client = self.store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            consolidation::pending_contradictions(
+                &tx,
+                self.settings.contradiction_adjudications_per_run,
+            )
+            .await?
+        };
+        let mut verdicts = Vec::with_capacity(pending.len());
+        for pair in pending {
+            let prompt = format!("First note: {}\nSecond note: {}", pair.older, pair.newer);
+            match llm.complete(JUDGE_INSTRUCTIONS, &prompt).await {
+                Ok(answer) => {
+                    let verdict = llm::json_object(&answer)
+                        .and_then(|json| json["verdict"].as_str().map(str::to_owned));
+                    match verdict.as_deref() {
+                        Some("contradiction") => verdicts.push((pair, Verdict::Contradiction)),
+                        Some("compatible") => verdicts.push((pair, Verdict::Compatible)),
+                        _ => tracing::warn!(
+                            "the language model gave no verdict; the pair stays pending"
+                        ),
+                    }
+                }
+                Err(LlmError::BreakerOpen) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "contradiction verdict failed; the pair stays pending")
+                }
+            }
+        }
+        Ok(verdicts)
     }
 
     fn rules(&self) -> StageRules {
@@ -246,10 +334,42 @@ impl Consolidator {
         let mut stages = Vec::with_capacity(STAGES.len());
         for stage in STAGES {
             let clock = Instant::now();
+            if *stage == Stage::ContradictionAdjudication && self.llm.is_none() {
+                let result = StageResult {
+                    stage: stage.name(),
+                    affected: 0,
+                    millis: 0,
+                    error: None,
+                    skipped: Some("no llm configured".into()),
+                };
+                progress(&result);
+                stages.push(result);
+                continue;
+            }
             let outcome = async {
+                let verdicts = match (stage, &self.llm) {
+                    (Stage::ContradictionAdjudication, Some(llm)) => {
+                        self.adjudicate(llm, tenant_id).await?
+                    }
+                    _ => Vec::new(),
+                };
                 let mut client = self.store.client().await?;
                 let tx = TenantTx::begin(&mut client, tenant_id).await?;
-                let affected = stage.run(&tx, now, &rules).await?;
+                let mut affected = stage.run(&tx, now, &rules).await?;
+                for (pair, verdict) in &verdicts {
+                    let status = match verdict {
+                        Verdict::Contradiction => "contradiction",
+                        Verdict::Compatible => "compatible",
+                    };
+                    let settled = consolidation::decide_contradiction_candidate(
+                        &tx, pair, status, "llm", now,
+                    )
+                    .await?;
+                    if settled > 0 && *verdict == Verdict::Contradiction {
+                        apply_contradiction(&tx, pair, "contradiction_adjudication").await?;
+                    }
+                    affected += settled;
+                }
                 if !dry_run {
                     tx.commit().await?;
                 }
@@ -271,6 +391,7 @@ impl Consolidator {
                         affected,
                         millis: elapsed.as_millis() as u64,
                         error: None,
+                        skipped: None,
                     }
                 }
                 Err(error) => {
@@ -281,6 +402,7 @@ impl Consolidator {
                         affected: 0,
                         millis: elapsed.as_millis() as u64,
                         error: Some(describe(&error)),
+                        skipped: None,
                     }
                 }
             };

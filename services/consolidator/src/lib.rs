@@ -2,8 +2,9 @@
 //! tenant-scoped maintenance stages.
 //!
 //! Layout: [`EmbeddingWorker`] (the embedding queue consumer, in this file),
-//! [`consolidate`] (the stages and their per-tenant schedule) and [`run`]
-//! (process wiring).
+//! [`consolidate`] (the stages and their per-tenant schedule), [`llm`] (the
+//! language model of the stages that need judgement) and [`run`] (process
+//! wiring).
 //!
 //! The embedding queue is the `fragments` table itself: rows whose
 //! `embedding IS NULL`. A worker takes a batch of one tenant's rows with
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod consolidate;
+pub mod llm;
 
 pub use consolidate::{Consolidator, STAGES, Stage};
 

@@ -3,6 +3,7 @@
 //! runs, tenant isolation, and one consolidation per tenant however many
 //! consolidators poll.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -743,4 +744,190 @@ async fn contradictions_are_found_by_rules_within_a_key_and_topic_and_undecided_
         .await
         .unwrap();
     assert_eq!(found(&again), 0);
+}
+
+/// An OpenAI-compatible chat stub: says "contradiction" when the notes
+/// mention Fridays, "compatible" otherwise, or fails with 503 when `down`.
+#[derive(Default)]
+struct Judge {
+    calls: std::sync::atomic::AtomicUsize,
+    down: bool,
+}
+
+async fn start_judge(down: bool) -> (Arc<Judge>, String) {
+    use axum::Json;
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use serde_json::{Value, json};
+    async fn complete(
+        State(judge): State<Arc<Judge>>,
+        Json(body): Json<Value>,
+    ) -> Result<Json<Value>, StatusCode> {
+        judge
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if judge.down {
+            return Err(StatusCode::SERVICE_UNAVAILABLE);
+        }
+        let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+        let verdict = if prompt.contains("Fridays") {
+            "contradiction"
+        } else {
+            "compatible"
+        };
+        Ok(Json(json!({"choices": [{"message": {"role": "assistant",
+            "content": format!("```json\n{{\"verdict\": \"{verdict}\"}}\n```")}}]})))
+    }
+    let judge = Arc::new(Judge {
+        down,
+        ..Judge::default()
+    });
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(complete))
+        .with_state(Arc::clone(&judge));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (judge, url)
+}
+
+fn with_llm(url: String) -> ConsolidationConfig {
+    let mut settings = settings();
+    settings.llm = Some(mneme_config::LlmConfig {
+        url,
+        api_key: None,
+        model: "stub".into(),
+        timeout: Duration::from_secs(5),
+        concurrency: 2,
+        breaker_failures: 2,
+        breaker_cooldown: Duration::from_secs(600),
+    });
+    settings
+}
+
+/// Three near-restatements the rules cannot decide, in one key and topic.
+async fn undecided_pairs(h: &Harness) -> (Uuid, Uuid, Uuid) {
+    let at = |days: i64, axis_of: usize| {
+        format!(
+            "{}, importance = 0.6, last_decay_at = NOW, created_at = {}",
+            axis(axis_of),
+            days_ago(days)
+        )
+    };
+    let mondays = h
+        .statement(&h.tenant, "Deploys run on Mondays.", "deploys", &at(3, 5))
+        .await;
+    let fridays = h
+        .statement(&h.tenant, "Deploys run on Fridays.", "deploys", &at(2, 5))
+        .await;
+    let announced = h
+        .statement(
+            &h.tenant,
+            "Deploys are announced in the ops channel.",
+            "releases",
+            &at(3, 6),
+        )
+        .await;
+    h.statement(
+        &h.tenant,
+        "Deploys get announced in the ops channel.",
+        "releases",
+        &at(2, 6),
+    )
+    .await;
+    (mondays, fridays, announced)
+}
+
+#[tokio::test]
+async fn a_language_model_settles_pending_contradictions_and_its_absence_skips_the_stage() {
+    let h = harness().await;
+    let (mondays, fridays, _) = undecided_pairs(&h).await;
+    let stage = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "contradiction_adjudication")
+            .unwrap()
+            .clone()
+    };
+    // Without a model the pairs are queued and the judging stage skipped.
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(stage(&run).skipped.as_deref(), Some("no llm configured"));
+    assert_eq!(
+        h.count(&h.tenant, "contradiction_candidates", "status = 'pending'")
+            .await,
+        2
+    );
+
+    let (judge, url) = start_judge(false).await;
+    let run = h
+        .consolidator(with_llm(url))
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(stage(&run).affected, 2, "{:?}", run.stages);
+    assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            &format!("newer_id = '{fridays}' AND status = 'contradiction' AND reason = 'llm'")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            "status = 'compatible'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "fragment_links",
+            &format!(
+                "from_id = '{fridays}' AND to_id = '{mondays}' AND relation_type = 'contradicts'"
+            )
+        )
+        .await,
+        1
+    );
+    assert!(h.has(mondays, "round(importance * 100) = 30").await);
+}
+
+#[tokio::test]
+async fn a_failing_language_model_leaves_the_pairs_pending_and_trips_its_breaker() {
+    let h = harness().await;
+    undecided_pairs(&h).await;
+    h.consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let (judge, url) = start_judge(true).await;
+    let consolidator = h.consolidator(with_llm(url));
+    for _ in 0..2 {
+        let run = consolidator
+            .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+            .await
+            .unwrap();
+        assert!(
+            !run.failed(),
+            "a failing model fails no stage: {:?}",
+            run.stages
+        );
+    }
+    assert_eq!(
+        h.count(&h.tenant, "contradiction_candidates", "status = 'pending'")
+            .await,
+        2
+    );
+    // Two failures open the breaker; the second run makes no call at all.
+    assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

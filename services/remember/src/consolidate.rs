@@ -20,6 +20,7 @@ fn stage_message(stage: &StageResult) -> ConsolidationStage {
         affected: stage.affected,
         millis: stage.millis,
         error: stage.error.clone(),
+        skipped: stage.skipped.clone(),
     }
 }
 

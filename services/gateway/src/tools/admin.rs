@@ -23,7 +23,8 @@ pub(crate) struct ConsolidateArgs {
 pub(crate) struct StageOutcome {
     /// `ttl_transition`, `decay`, `feedback_calibration`,
     /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`,
-    /// `contradiction_detection` or `search_events_gc`.
+    /// `contradiction_detection`, `contradiction_adjudication` or
+    /// `search_events_gc`.
     pub stage: String,
     /// Memories (or events) changed, or in a dry run that would change.
     pub affected: u64,
@@ -31,6 +32,9 @@ pub(crate) struct StageOutcome {
     /// Why the stage failed; the other stages still ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why the stage did not run (e.g. `no llm configured`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// Result of `memory_consolidate`.
@@ -51,7 +55,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
         "Run the maintenance stages on this tenant's memory now instead of at the next scheduled \
          run: TTL tiers, importance and activation decay, feedback calibration, garbage \
          collection of forgettable memories and old reflections, utility scores, anchor \
-         promotion, contradiction detection, old search events. Administrators only. Use `dryRun: true` to \
+         promotion, contradiction detection and (with a language model configured) \
+         adjudication, old search events. Administrators only. Use `dryRun: true` to \
          see what would change. Sends a progress notification per stage when the request carries \
          a progress token.",
         consolidate,
@@ -68,6 +73,7 @@ fn outcome(stage: v1::ConsolidationStage) -> StageOutcome {
         affected: stage.affected,
         millis: stage.millis,
         error: stage.error,
+        skipped: stage.skipped,
     }
 }
 

@@ -203,6 +203,21 @@ pub struct ConsolidationConfig {
     pub contradiction_similarity: f32,
     pub contradiction_ambiguous_similarity: f32,
     pub contradiction_per_run: i64,
+    pub contradiction_adjudications_per_run: i64,
+    /// `None`: no language model; its stages are skipped.
+    pub llm: Option<LlmConfig>,
+}
+
+/// An OpenAI-compatible chat API for consolidation.
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    pub url: String,
+    pub api_key: Option<Secret>,
+    pub model: String,
+    pub timeout: Duration,
+    pub concurrency: usize,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -789,6 +804,28 @@ impl Config {
                 .value(settings::CONTRADICTION_AMBIGUOUS_SIMILARITY),
             contradiction_per_run: i64::try_from(r.positive(settings::CONTRADICTION_PER_RUN))
                 .unwrap_or(i64::MAX),
+            contradiction_adjudications_per_run: i64::try_from(
+                r.positive(settings::CONTRADICTION_ADJUDICATIONS_PER_RUN),
+            )
+            .unwrap_or(i64::MAX),
+            llm: None,
+        };
+        let llm = LlmConfig {
+            url: String::new(),
+            api_key: r.raw(settings::LLM_API_KEY).map(Secret::new),
+            model: r.raw(settings::LLM_MODEL).unwrap_or_default(),
+            timeout: Duration::from_millis(r.positive(settings::LLM_TIMEOUT_MS) as u64),
+            concurrency: r.positive(settings::LLM_CONCURRENCY),
+            breaker_failures: u32::try_from(r.positive(settings::LLM_BREAKER_FAILURES))
+                .unwrap_or(u32::MAX),
+            breaker_cooldown: Duration::from_secs(r.value(settings::LLM_BREAKER_COOLDOWN_SECS)),
+        };
+        let consolidation = ConsolidationConfig {
+            llm: r.raw(settings::LLM_URL).map(|raw| LlmConfig {
+                url: parse_base_url(&mut r, settings::LLM_URL, raw),
+                ..llm
+            }),
+            ..consolidation
         };
         for (setting, similarity) in [
             (

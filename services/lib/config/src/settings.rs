@@ -225,7 +225,7 @@ settings! {
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
-            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, contradiction detection, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, contradiction detection and adjudication, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
         CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
             "Seconds between two consolidations of a tenant.";
         CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
@@ -250,6 +250,24 @@ settings! {
             "New fragments checked for contradictions per consolidation of a tenant; the rest wait for the next run.";
         REFLECTIONS_KEPT = "MNEME_REFLECTIONS_KEPT", Some("5"),
             "Newest session reflections of each key and type that the reflection purge always keeps; older ones below importance 0.3 and over 30 days old are deleted.";
+    }
+    "Language model" {
+        LLM_URL = "MNEME_LLM_URL", None,
+            "Base URL of an OpenAI-compatible chat API (`POST {url}/chat/completions`: OpenAI, vLLM, Ollama, LiteLLM) for the consolidation stages that need judgement (settling `pending` contradiction candidates). Unset: those stages report `skipped` and the rest of consolidation runs. Set by the operator, never by a tenant.";
+        LLM_API_KEY = "MNEME_LLM_API_KEY", None,
+            "Bearer token for the chat API, if it needs one. Never logged.";
+        LLM_MODEL = "MNEME_LLM_MODEL", Some("gpt-4o-mini"),
+            "Model name sent to the chat API.";
+        LLM_TIMEOUT_MS = "MNEME_LLM_TIMEOUT_MS", Some("30000"),
+            "Deadline of one chat call, in milliseconds.";
+        LLM_CONCURRENCY = "MNEME_LLM_CONCURRENCY", Some("2"),
+            "Chat calls one consolidator makes at once.";
+        LLM_BREAKER_FAILURES = "MNEME_LLM_BREAKER_FAILURES", Some("3"),
+            "Consecutive failed chat calls after which no call is made for `MNEME_LLM_BREAKER_COOLDOWN_SECS`; the work waits for a later run.";
+        LLM_BREAKER_COOLDOWN_SECS = "MNEME_LLM_BREAKER_COOLDOWN_SECS", Some("300"),
+            "How long the language model is left alone after repeated failures.";
+        CONTRADICTION_ADJUDICATIONS_PER_RUN = "MNEME_CONTRADICTION_ADJUDICATIONS_PER_RUN", Some("10"),
+            "Pending contradiction candidates the language model judges per consolidation of a tenant.";
     }
     "Metrics" {
         METRICS_ADDR = "MNEME_METRICS_ADDR", None,

@@ -77,6 +77,10 @@ pub struct StageResult {
     pub affected: u64,
     pub millis: u64,
     pub error: Option<String>,
+    /// Why the stage did not run (e.g. it needs a language model and none
+    /// is configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// One run of every stage for one tenant.
@@ -497,6 +501,63 @@ pub async fn weaken_contradicted(tx: &TenantTx<'_>, older_id: Uuid) -> Result<u6
             "UPDATE mneme.fragments SET importance = GREATEST(0.05, importance * 0.5)
               WHERE tenant_id = $1 AND id = $2 AND NOT is_anchor",
             &[&tx.tenant_id(), &older_id],
+        )
+        .await?)
+}
+
+/// Pending contradiction candidates (oldest first) with both texts, for a
+/// model to judge.
+pub async fn pending_contradictions(
+    tx: &TenantTx<'_>,
+    limit: i64,
+) -> Result<Vec<ContradictionPair>> {
+    let rows = tx
+        .query(
+            "SELECT n.key_id, c.newer_id, n.content, c.older_id, o.content, c.similarity
+               FROM mneme.contradiction_candidates c
+               JOIN mneme.fragments n ON n.tenant_id = c.tenant_id AND n.id = c.newer_id
+               JOIN mneme.fragments o ON o.tenant_id = c.tenant_id AND o.id = c.older_id
+              WHERE c.tenant_id = $1 AND c.status = 'pending'
+                AND n.valid_to IS NULL AND o.valid_to IS NULL
+              ORDER BY c.created_at, c.newer_id, c.older_id
+              LIMIT $2",
+            &[&tx.tenant_id(), &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| ContradictionPair {
+            key_id: row.get(0),
+            newer_id: row.get(1),
+            newer: row.get(2),
+            older_id: row.get(3),
+            older: row.get(4),
+            similarity: row.get(5),
+        })
+        .collect())
+}
+
+/// Settles a pending candidate as `contradiction` or `compatible`.
+pub async fn decide_contradiction_candidate(
+    tx: &TenantTx<'_>,
+    pair: &ContradictionPair,
+    status: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.contradiction_candidates
+                SET status = $4, reason = $5, decided_at = $6
+              WHERE tenant_id = $1 AND newer_id = $2 AND older_id = $3 AND status = 'pending'",
+            &[
+                &tx.tenant_id(),
+                &pair.newer_id,
+                &pair.older_id,
+                &status,
+                &reason,
+                &now,
+            ],
         )
         .await?)
 }
