@@ -21,8 +21,9 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use mneme_config::ConsolidationConfig;
 use mneme_core::contradiction;
+use mneme_core::text::Tokenizer;
 use mneme_store::consolidation::{
-    self, ContradictionPair, ContradictionRules, Run, StageResult, StageRules,
+    self, ContradictionRules, DedupRules, Review, Run, SimilarPair, StageResult, StageRules,
 };
 use mneme_store::feedback::{self, LinkLesson};
 use mneme_store::{Store, TenantTx, links, tenants};
@@ -76,6 +77,7 @@ pub enum Stage {
     TtlTransition,
     Decay,
     FeedbackCalibration,
+    Dedup,
     ExpiredDelete,
     ReflectionPurge,
     Utility,
@@ -91,6 +93,7 @@ pub const STAGES: &[Stage] = &[
     Stage::TtlTransition,
     Stage::Decay,
     Stage::FeedbackCalibration,
+    Stage::Dedup,
     Stage::ExpiredDelete,
     Stage::ReflectionPurge,
     Stage::Utility,
@@ -107,6 +110,7 @@ impl Stage {
             Stage::Decay => "decay",
             Stage::FeedbackCalibration => "feedback_calibration",
             Stage::ReflectionPurge => "reflection_purge",
+            Stage::Dedup => "dedup",
             Stage::ExpiredDelete => "expired_delete",
             Stage::Utility => "utility",
             Stage::AnchorPromotion => "anchor_promotion",
@@ -127,6 +131,7 @@ impl Stage {
             Stage::Decay => consolidation::decay(tx, now, rules).await,
             Stage::FeedbackCalibration => consolidation::feedback_calibration(tx, now).await,
             Stage::ReflectionPurge => consolidation::reflection_purge(tx, now, rules).await,
+            Stage::Dedup => merge_duplicates(tx, now, rules).await,
             Stage::ExpiredDelete => consolidation::expired_delete(tx, now, rules).await,
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
@@ -165,7 +170,14 @@ async fn detect_contradictions(
     now: DateTime<Utc>,
     rules: &StageRules,
 ) -> mneme_store::Result<u64> {
-    let pairs = consolidation::contradiction_pairs(tx, now, &rules.contradiction).await?;
+    let pairs = consolidation::similar_older_pairs(
+        tx,
+        now,
+        Review::Contradiction,
+        rules.contradiction.per_run,
+        rules.contradiction.similarity,
+    )
+    .await?;
     let mut recorded = 0;
     for pair in &pairs {
         match contradiction::judge(&pair.newer, &pair.older) {
@@ -192,12 +204,62 @@ async fn detect_contradictions(
     Ok(recorded)
 }
 
+/// Merges near-duplicates: each new fragment (once) against its most
+/// similar older fragments of the same key and topic. A pair is a duplicate
+/// when it is at least `dedup.similarity` similar, shares at least
+/// `dedup.min_overlap` of its lexemes, and no contradiction rule fires
+/// (other numbers or a negation make a different statement, however
+/// similar); the older one is then superseded by the newer. Returns the
+/// fragments merged.
+async fn merge_duplicates(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> mneme_store::Result<u64> {
+    let dedup = &rules.dedup;
+    let pairs = consolidation::similar_older_pairs(
+        tx,
+        now,
+        Review::Duplicate,
+        dedup.per_run,
+        dedup.similarity,
+    )
+    .await?;
+    let tokenizer = Tokenizer::default();
+    let mut merged_away: Vec<uuid::Uuid> = Vec::new();
+    for pair in &pairs {
+        if merged_away.contains(&pair.older_id) || merged_away.contains(&pair.newer_id) {
+            continue;
+        }
+        if contradiction::judge(&pair.newer, &pair.older).is_some()
+            || lexical_overlap(&tokenizer, &pair.newer, &pair.older) < dedup.min_overlap
+        {
+            continue;
+        }
+        if consolidation::merge_duplicate(tx, pair).await? {
+            merged_away.push(pair.older_id);
+        }
+    }
+    Ok(merged_away.len() as u64)
+}
+
+/// Jaccard overlap of the two texts' lexeme sets.
+fn lexical_overlap(tokenizer: &Tokenizer, a: &str, b: &str) -> f64 {
+    let a: std::collections::HashSet<String> = tokenizer.lexemes(a).into_iter().collect();
+    let b: std::collections::HashSet<String> = tokenizer.lexemes(b).into_iter().collect();
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 0.0;
+    }
+    a.intersection(&b).count() as f64 / union as f64
+}
+
 /// What follows from two memories contradicting each other: a
 /// `contradicts` link (newer → older), quarantine of the `related` and
 /// `temporal` links between them, and half the older one's importance.
 async fn apply_contradiction(
     tx: &TenantTx<'_>,
-    pair: &ContradictionPair,
+    pair: &SimilarPair,
     reason: &str,
 ) -> mneme_store::Result<()> {
     links::upsert(
@@ -268,7 +330,7 @@ impl Consolidator {
         &self,
         llm: &Llm,
         tenant_id: Uuid,
-    ) -> mneme_store::Result<Vec<(ContradictionPair, Verdict)>> {
+    ) -> mneme_store::Result<Vec<(SimilarPair, Verdict)>> {
         let pending = {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
@@ -315,6 +377,11 @@ impl Consolidator {
                 similarity: self.settings.contradiction_similarity,
                 ambiguous_similarity: self.settings.contradiction_ambiguous_similarity,
                 per_run: self.settings.contradiction_per_run,
+            },
+            dedup: DedupRules {
+                similarity: self.settings.dedup_similarity,
+                min_overlap: self.settings.dedup_min_overlap,
+                per_run: self.settings.dedup_per_run,
             },
         }
     }

@@ -830,7 +830,7 @@ async fn undecided_pairs(h: &Harness) -> (Uuid, Uuid, Uuid) {
         .await;
     h.statement(
         &h.tenant,
-        "Deploys get announced in the ops channel.",
+        "Release notes go out with every deploy.",
         "releases",
         &at(2, 6),
     )
@@ -930,4 +930,111 @@ async fn a_failing_language_model_leaves_the_pairs_pending_and_trips_its_breaker
     );
     // Two failures open the breaker; the second run makes no call at all.
     assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn near_duplicates_are_merged_into_the_newer_but_similar_different_statements_are_not() {
+    let h = harness().await;
+    let at = |days: i64, axis_of: usize| {
+        format!(
+            "{}, importance = 0.6, last_decay_at = NOW, created_at = {}",
+            axis(axis_of),
+            days_ago(days)
+        )
+    };
+    let older = h
+        .statement(
+            &h.tenant,
+            "Staging deploys need a green build first.",
+            "deploys",
+            &at(3, 10),
+        )
+        .await;
+    let newer = h
+        .statement(
+            &h.tenant,
+            "A green build is needed first for staging deploys.",
+            "deploys",
+            &at(2, 10),
+        )
+        .await;
+    let linked = h
+        .statement(
+            &h.tenant,
+            "The build farm runs on spot instances.",
+            "builds",
+            &at(3, 11),
+        )
+        .await;
+    h.remember
+        .link(
+            &principal(&h.tenant),
+            mneme_proto::v1::LinkRequest {
+                from_id: older.to_string(),
+                to_id: linked.to_string(),
+                relation_type: "related".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mondays = h
+        .statement(&h.tenant, "Deploys run on Mondays.", "schedule", &at(3, 12))
+        .await;
+    let fridays = h
+        .statement(&h.tenant, "Deploys run on Fridays.", "schedule", &at(2, 12))
+        .await;
+    let thirty = h
+        .statement(
+            &h.tenant,
+            "Backups are kept for 30 days.",
+            "backups",
+            &at(3, 13),
+        )
+        .await;
+    let fourteen = h
+        .statement(
+            &h.tenant,
+            "Backups are kept for 14 days.",
+            "backups",
+            &at(2, 13),
+        )
+        .await;
+
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let dedup = run.stages.iter().find(|s| s.stage == "dedup").unwrap();
+    assert_eq!(dedup.affected, 1, "{:?}", run.stages);
+    assert!(
+        h.has(older, "valid_to IS NOT NULL").await,
+        "the older duplicate is superseded"
+    );
+    assert!(h.has(newer, "valid_to IS NULL").await);
+    let link = |from: Uuid, to: Uuid, relation: &str| {
+        format!("from_id = '{from}' AND to_id = '{to}' AND relation_type = '{relation}'")
+    };
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "fragment_links",
+            &link(older, newer, "superseded_by")
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        h.count(&h.tenant, "fragment_links", &link(newer, linked, "related"))
+            .await,
+        1,
+        "the duplicate's links move to the kept fragment"
+    );
+    for id in [mondays, fridays, thirty, fourteen] {
+        assert!(
+            h.has(id, "valid_to IS NULL").await,
+            "different statements are kept"
+        );
+    }
 }

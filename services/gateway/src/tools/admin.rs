@@ -21,7 +21,7 @@ pub(crate) struct ConsolidateArgs {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StageOutcome {
-    /// `ttl_transition`, `decay`, `feedback_calibration`,
+    /// `ttl_transition`, `decay`, `feedback_calibration`, `dedup`,
     /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`,
     /// `contradiction_detection`, `contradiction_adjudication` or
     /// `search_events_gc`.
@@ -53,7 +53,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
         "memory_consolidate",
         "Consolidate memory",
         "Run the maintenance stages on this tenant's memory now instead of at the next scheduled \
-         run: TTL tiers, importance and activation decay, feedback calibration, garbage \
+         run: TTL tiers, importance and activation decay, feedback calibration, merging of \
+         near-duplicates, garbage \
          collection of forgettable memories and old reflections, utility scores, anchor \
          promotion, contradiction detection and (with a language model configured) \
          adjudication, old search events. Administrators only. Use `dryRun: true` to \

@@ -204,6 +204,9 @@ pub struct ConsolidationConfig {
     pub contradiction_ambiguous_similarity: f32,
     pub contradiction_per_run: i64,
     pub contradiction_adjudications_per_run: i64,
+    pub dedup_similarity: f32,
+    pub dedup_min_overlap: f64,
+    pub dedup_per_run: i64,
     /// `None`: no language model; its stages are skipped.
     pub llm: Option<LlmConfig>,
 }
@@ -809,7 +812,19 @@ impl Config {
             )
             .unwrap_or(i64::MAX),
             llm: None,
+            dedup_similarity: r.value(settings::DEDUP_SIMILARITY),
+            dedup_min_overlap: r.value(settings::DEDUP_MIN_OVERLAP),
+            dedup_per_run: i64::try_from(r.positive(settings::DEDUP_PER_RUN)).unwrap_or(i64::MAX),
         };
+        if !(-1.0..=1.0).contains(&consolidation.dedup_similarity)
+            || !(0.0..=1.0).contains(&consolidation.dedup_min_overlap)
+        {
+            r.problem(format!(
+                "{} must be between -1 and 1 and {} between 0 and 1",
+                settings::DEDUP_SIMILARITY.name,
+                settings::DEDUP_MIN_OVERLAP.name
+            ));
+        }
         let llm = LlmConfig {
             url: String::new(),
             api_key: r.raw(settings::LLM_API_KEY).map(Secret::new),

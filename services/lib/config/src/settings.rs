@@ -225,7 +225,7 @@ settings! {
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
-            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, garbage collection, reflection purge, utility, anchor promotion, contradiction detection and adjudication, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, de-duplication, garbage collection, reflection purge, utility, anchor promotion, contradiction detection and adjudication, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
         CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
             "Seconds between two consolidations of a tenant.";
         CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
@@ -242,6 +242,12 @@ settings! {
             "Importance a fragment needs to be promoted to an anchor.";
         ACTIVATION_HALF_LIFE_DAYS = "MNEME_ACTIVATION_HALF_LIFE_DAYS", Some("30"),
             "Days in which a fragment's activation (raised by recalls, feedback and spreading activation) halves when nothing raises it again.";
+        DEDUP_SIMILARITY = "MNEME_DEDUP_SIMILARITY", Some("0.95"),
+            "Semantic de-duplication merges a new fragment's older near-duplicate of the same key and topic (the older is superseded, its links move to the newer) at or above this cosine similarity, when they also share `MNEME_DEDUP_MIN_OVERLAP` of their words and no contradiction rule fires. Calibrated for multilingual-e5-small, where 0.92 (the reference's value) also matches different statements on the same template.";
+        DEDUP_MIN_OVERLAP = "MNEME_DEDUP_MIN_OVERLAP", Some("0.8"),
+            "Share of their words (Jaccard over lexemes) two fragments must share to be merged as duplicates.";
+        DEDUP_PER_RUN = "MNEME_DEDUP_PER_RUN", Some("50"),
+            "New fragments checked for duplicates per consolidation of a tenant.";
         CONTRADICTION_SIMILARITY = "MNEME_CONTRADICTION_SIMILARITY", Some("0.85"),
             "Contradiction detection compares each new fragment with its most similar older fragments of the same key and topic at or above this cosine similarity. The verdict comes from rules (negated claims, same sentence with other numbers), not from the similarity.";
         CONTRADICTION_AMBIGUOUS_SIMILARITY = "MNEME_CONTRADICTION_AMBIGUOUS_SIMILARITY", Some("0.95"),

@@ -140,6 +140,17 @@ pub struct StageRules {
     /// the purge always keeps, newest first.
     pub reflections_kept: i64,
     pub contradiction: ContradictionRules,
+    pub dedup: DedupRules,
+}
+
+/// Thresholds of semantic de-duplication.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DedupRules {
+    pub similarity: f32,
+    /// Share of lexemes the two texts must share (Jaccard): similarity
+    /// alone merges sentences that differ in one telling word.
+    pub min_overlap: f64,
+    pub per_run: i64,
 }
 
 /// Moves fragments between TTL tiers.
@@ -406,9 +417,10 @@ pub struct ContradictionRules {
     pub per_run: i64,
 }
 
-/// How a fragment checked for contradictions compares with one older one.
+/// A fragment under review and one similar older fragment of its key and
+/// topic.
 #[derive(Debug, Clone)]
-pub struct ContradictionPair {
+pub struct SimilarPair {
     pub key_id: Uuid,
     pub newer_id: Uuid,
     pub newer: String,
@@ -417,42 +429,64 @@ pub struct ContradictionPair {
     pub similarity: f32,
 }
 
-/// Takes up to `per_run` unchecked, embedded, valid fragments, marks them
-/// checked, and returns them paired with their three most similar older
-/// valid fragments of the same key and topic above `similarity` (exact
-/// search: these sets are small and must not be approximated).
-pub async fn contradiction_pairs(
+/// Which review a fragment is checked by once: each has its own mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    Contradiction,
+    Duplicate,
+}
+
+impl Review {
+    fn checked_column(self) -> &'static str {
+        match self {
+            Review::Contradiction => "contradiction_checked_at",
+            Review::Duplicate => "dedup_checked_at",
+        }
+    }
+}
+
+/// Takes up to `per_run` embedded, valid fragments not yet checked by
+/// `review`, marks them checked, and returns them paired with their three
+/// most similar older valid fragments of the same key and topic at or above
+/// `similarity` (exact search: these sets are small and must not be
+/// approximated).
+pub async fn similar_older_pairs(
     tx: &TenantTx<'_>,
     now: DateTime<Utc>,
-    rules: &ContradictionRules,
-) -> Result<Vec<ContradictionPair>> {
+    review: Review,
+    per_run: i64,
+    similarity: f32,
+) -> Result<Vec<SimilarPair>> {
+    let checked = review.checked_column();
     let rows = tx
         .query(
-            "WITH batch AS (
-                 UPDATE mneme.fragments f SET contradiction_checked_at = $2
-                  WHERE f.tenant_id = $1 AND f.id IN (
-                        SELECT id FROM mneme.fragments
-                         WHERE tenant_id = $1 AND contradiction_checked_at IS NULL
-                           AND valid_to IS NULL AND embedding IS NOT NULL
-                         ORDER BY created_at, id LIMIT $3)
-                 RETURNING f.id, f.key_id, f.topic, f.content, f.embedding, f.created_at)
-             SELECT b.key_id, b.id, b.content, o.id, o.content, o.similarity
-               FROM batch b
-               CROSS JOIN LATERAL (
-                    SELECT o.id, o.content, (1 - (o.embedding <=> b.embedding))::real AS similarity
-                      FROM mneme.fragments o
-                     WHERE o.tenant_id = $1 AND o.key_id = b.key_id AND o.topic = b.topic
-                       AND o.valid_to IS NULL AND o.embedding IS NOT NULL AND o.id <> b.id
-                       AND (o.created_at, o.id) < (b.created_at, b.id)
-                     ORDER BY 1 - (o.embedding <=> b.embedding) DESC, o.id
-                     LIMIT 3) o
-              WHERE o.similarity >= $4",
-            &[&tx.tenant_id(), &now, &rules.per_run, &rules.similarity],
+            &format!(
+                "WITH batch AS (
+                     UPDATE mneme.fragments f SET {checked} = $2
+                      WHERE f.tenant_id = $1 AND f.id IN (
+                            SELECT id FROM mneme.fragments
+                             WHERE tenant_id = $1 AND {checked} IS NULL
+                               AND valid_to IS NULL AND embedding IS NOT NULL
+                             ORDER BY created_at, id LIMIT $3)
+                     RETURNING f.id, f.key_id, f.topic, f.content, f.embedding, f.created_at)
+                 SELECT b.key_id, b.id, b.content, o.id, o.content, o.similarity
+                   FROM batch b
+                   CROSS JOIN LATERAL (
+                        SELECT o.id, o.content, (1 - (o.embedding <=> b.embedding))::real AS similarity
+                          FROM mneme.fragments o
+                         WHERE o.tenant_id = $1 AND o.key_id = b.key_id AND o.topic = b.topic
+                           AND o.valid_to IS NULL AND o.embedding IS NOT NULL AND o.id <> b.id
+                           AND (o.created_at, o.id) < (b.created_at, b.id)
+                         ORDER BY 1 - (o.embedding <=> b.embedding) DESC, o.id
+                         LIMIT 3) o
+                  WHERE o.similarity >= $4"
+            ),
+            &[&tx.tenant_id(), &now, &per_run, &similarity],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|row| ContradictionPair {
+        .map(|row| SimilarPair {
             key_id: row.get(0),
             newer_id: row.get(1),
             newer: row.get(2),
@@ -463,11 +497,38 @@ pub async fn contradiction_pairs(
         .collect())
 }
 
+/// Merges a duplicate into the newer statement of it: the older one is
+/// superseded (valid until now, importance halved, a `superseded_by`
+/// link), and its other links are copied to the newer one so the graph
+/// keeps them. Returns whether it merged (false when either is gone).
+pub async fn merge_duplicate(tx: &TenantTx<'_>, pair: &SimilarPair) -> Result<bool> {
+    let superseded =
+        crate::fragments::supersede(tx, &[pair.key_id], &[pair.older_id], pair.newer_id).await?;
+    if superseded.is_empty() {
+        return Ok(false);
+    }
+    tx.execute(
+        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight, confidence)
+         SELECT l.tenant_id,
+                CASE WHEN l.from_id = $2 THEN $3 ELSE l.from_id END,
+                CASE WHEN l.to_id = $2 THEN $3 ELSE l.to_id END,
+                l.relation_type, l.weight, l.confidence
+           FROM mneme.fragment_links l
+          WHERE l.tenant_id = $1 AND (l.from_id = $2 OR l.to_id = $2) AND l.deleted_at IS NULL
+            AND l.relation_type <> 'superseded_by'
+            AND NOT (l.from_id = $3 OR l.to_id = $3)
+         ON CONFLICT DO NOTHING",
+        &[&tx.tenant_id(), &pair.older_id, &pair.newer_id],
+    )
+    .await?;
+    Ok(true)
+}
+
 /// Records the verdict on a pair: `contradiction` (with the rule that
 /// found it) or `pending` (for a model to judge).
 pub async fn record_contradiction_candidate(
     tx: &TenantTx<'_>,
-    pair: &ContradictionPair,
+    pair: &SimilarPair,
     status: &str,
     reason: Option<&str>,
     now: DateTime<Utc>,
@@ -507,10 +568,7 @@ pub async fn weaken_contradicted(tx: &TenantTx<'_>, older_id: Uuid) -> Result<u6
 
 /// Pending contradiction candidates (oldest first) with both texts, for a
 /// model to judge.
-pub async fn pending_contradictions(
-    tx: &TenantTx<'_>,
-    limit: i64,
-) -> Result<Vec<ContradictionPair>> {
+pub async fn pending_contradictions(tx: &TenantTx<'_>, limit: i64) -> Result<Vec<SimilarPair>> {
     let rows = tx
         .query(
             "SELECT n.key_id, c.newer_id, n.content, c.older_id, o.content, c.similarity
@@ -526,7 +584,7 @@ pub async fn pending_contradictions(
         .await?;
     Ok(rows
         .iter()
-        .map(|row| ContradictionPair {
+        .map(|row| SimilarPair {
             key_id: row.get(0),
             newer_id: row.get(1),
             newer: row.get(2),
@@ -540,7 +598,7 @@ pub async fn pending_contradictions(
 /// Settles a pending candidate as `contradiction` or `compatible`.
 pub async fn decide_contradiction_candidate(
     tx: &TenantTx<'_>,
-    pair: &ContradictionPair,
+    pair: &SimilarPair,
     status: &str,
     reason: &str,
     now: DateTime<Utc>,
