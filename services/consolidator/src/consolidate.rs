@@ -307,14 +307,11 @@ pub struct Consolidator {
 
 impl Consolidator {
     pub fn new(store: Store, settings: ConsolidationConfig) -> Self {
-        let llm = settings.llm.clone().and_then(|llm| {
-            Llm::new(llm)
-                .inspect_err(
-                    |error| tracing::error!(%error, "cannot build the language model client"),
-                )
-                .ok()
-                .map(Arc::new)
-        });
+        let llm = Llm::new(&settings.llm)
+            .inspect_err(|error| tracing::error!(%error, "cannot build the language model client"))
+            .ok()
+            .flatten()
+            .map(Arc::new);
         Self {
             store,
             settings,
@@ -323,45 +320,64 @@ impl Consolidator {
     }
 
     /// The model's verdicts on the tenant's oldest pending contradiction
-    /// candidates. Read in a transaction of its own and asked outside any,
-    /// so no database connection waits for the model. Pairs the model
-    /// fails on stay pending; an open breaker ends the round.
+    /// candidates, within the tenant's daily token budget. Read in a
+    /// transaction of its own and asked outside any, so no database
+    /// connection waits for the model. Pairs the model fails on stay
+    /// pending; every provider paused, or the budget spent, ends the round
+    /// (the latter is returned as the reason).
     async fn adjudicate(
         &self,
         llm: &Llm,
         tenant_id: Uuid,
-    ) -> mneme_store::Result<Vec<(SimilarPair, Verdict)>> {
-        let pending = {
+        now: DateTime<Utc>,
+    ) -> mneme_store::Result<(Vec<(SimilarPair, Verdict)>, Option<String>)> {
+        let day = now.date_naive();
+        let (pending, mut used) = {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            consolidation::pending_contradictions(
+            let pending = consolidation::pending_contradictions(
                 &tx,
                 self.settings.contradiction_adjudications_per_run,
             )
-            .await?
+            .await?;
+            (pending, consolidation::llm_tokens_used(&tx, day).await?)
         };
+        let budget = self.settings.llm_tenant_daily_tokens;
+        let (mut spent, mut calls, mut stopped) = (0i64, 0i32, None);
         let mut verdicts = Vec::with_capacity(pending.len());
         for pair in pending {
+            if budget > 0 && used >= budget {
+                stopped = Some("token budget of the day spent".to_owned());
+                break;
+            }
             let prompt = format!("First note: {}\nSecond note: {}", pair.older, pair.newer);
-            match llm.complete(JUDGE_INSTRUCTIONS, &prompt).await {
-                Ok(answer) => {
-                    let verdict = llm::json_object(&answer)
-                        .and_then(|json| json["verdict"].as_str().map(str::to_owned));
-                    match verdict.as_deref() {
-                        Some("contradiction") => verdicts.push((pair, Verdict::Contradiction)),
-                        Some("compatible") => verdicts.push((pair, Verdict::Compatible)),
-                        _ => tracing::warn!(
-                            "the language model gave no verdict; the pair stays pending"
-                        ),
-                    }
-                }
+            let answer = match llm.complete(JUDGE_INSTRUCTIONS, &prompt).await {
+                Ok(answer) => answer,
                 Err(LlmError::BreakerOpen) => break,
                 Err(error) => {
-                    tracing::warn!(%error, "contradiction verdict failed; the pair stays pending")
+                    tracing::warn!(%error, "contradiction verdict failed; the pair stays pending");
+                    continue;
                 }
+            };
+            let tokens = i64::try_from(answer.tokens).unwrap_or(i64::MAX);
+            used = used.saturating_add(tokens);
+            spent = spent.saturating_add(tokens);
+            calls += 1;
+            let verdict = llm::json_object(&answer.text)
+                .and_then(|json| json["verdict"].as_str().map(str::to_owned));
+            match verdict.as_deref() {
+                Some("contradiction") => verdicts.push((pair, Verdict::Contradiction)),
+                Some("compatible") => verdicts.push((pair, Verdict::Compatible)),
+                _ => tracing::warn!("the language model gave no verdict; the pair stays pending"),
             }
         }
-        Ok(verdicts)
+        if calls > 0 {
+            let mut client = self.store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            consolidation::record_llm_usage(&tx, day, spent, calls).await?;
+            tx.commit().await?;
+        }
+        Ok((verdicts, stopped))
     }
 
     fn rules(&self) -> StageRules {
@@ -414,11 +430,11 @@ impl Consolidator {
                 continue;
             }
             let outcome = async {
-                let verdicts = match (stage, &self.llm) {
+                let (verdicts, stopped) = match (stage, &self.llm) {
                     (Stage::ContradictionAdjudication, Some(llm)) => {
-                        self.adjudicate(llm, tenant_id).await?
+                        self.adjudicate(llm, tenant_id, now).await?
                     }
-                    _ => Vec::new(),
+                    _ => (Vec::new(), None),
                 };
                 let mut client = self.store.client().await?;
                 let tx = TenantTx::begin(&mut client, tenant_id).await?;
@@ -440,7 +456,7 @@ impl Consolidator {
                 if !dry_run {
                     tx.commit().await?;
                 }
-                Ok::<_, mneme_store::StoreError>(affected)
+                Ok::<_, mneme_store::StoreError>((affected, stopped))
             }
             .await;
             let elapsed = clock.elapsed();
@@ -449,7 +465,7 @@ impl Consolidator {
                 .with_label_values(&[name])
                 .observe(elapsed.as_secs_f64());
             let result = match outcome {
-                Ok(affected) => {
+                Ok((affected, stopped)) => {
                     if !dry_run {
                         STAGE_AFFECTED.with_label_values(&[name]).inc_by(affected);
                     }
@@ -458,7 +474,7 @@ impl Consolidator {
                         affected,
                         millis: elapsed.as_millis() as u64,
                         error: None,
-                        skipped: None,
+                        skipped: stopped,
                     }
                 }
                 Err(error) => {

@@ -1,8 +1,10 @@
-//! The language model of the LLM-backed consolidation stages: any
-//! OpenAI-compatible `/chat/completions` endpoint (`MNEME_LLM_URL`), with a
-//! deadline per call, a limit on calls in flight and a circuit breaker (after
-//! `breaker_failures` consecutive failures no call is made for the
-//! cooldown, and the stages leave their work for the next run).
+//! The language model of the LLM-backed consolidation stages: a chain of
+//! OpenAI-compatible `/chat/completions` endpoints (`MNEME_LLM_URL`, then
+//! `MNEME_LLM_FALLBACK_URL`). Each provider has a deadline per call, a limit
+//! on calls in flight and a circuit breaker (after `breaker_failures`
+//! consecutive failures it is skipped for the cooldown); a call goes to the
+//! first provider whose breaker is closed and falls through to the next on
+//! any failure (429, 5xx, timeout, a malformed answer).
 //!
 //! Without `MNEME_LLM_URL` there is no model: the stages that need one
 //! report `skipped` and everything else runs.
@@ -22,9 +24,9 @@ static CALLS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         IntCounterVec::new(
             Opts::new(
                 "mneme_llm_calls_total",
-                "Language-model calls of consolidation, by outcome (ok, error, breaker_open).",
+                "Language-model calls of consolidation, by provider position in the chain and outcome (ok, error, breaker_open).",
             ),
-            &["outcome"],
+            &["provider", "outcome"],
         )
         .expect("valid metric"),
     )
@@ -32,11 +34,19 @@ static CALLS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
-    /// The breaker is open: do not call again before the cooldown.
-    #[error("the language model failed repeatedly; paused until its cooldown ends")]
+    /// Every provider's breaker is open: do not call before the cooldown.
+    #[error("every language model failed repeatedly; paused until a cooldown ends")]
     BreakerOpen,
     #[error("language model call failed: {0}")]
     Failed(String),
+}
+
+/// A model's answer and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    /// Tokens billed (the API's `usage.total_tokens`, else an estimate).
+    pub tokens: u64,
 }
 
 #[derive(Debug, Default)]
@@ -45,9 +55,8 @@ struct Breaker {
     open_until: Option<Instant>,
 }
 
-/// A chat-completions client.
 #[derive(Debug)]
-pub struct Llm {
+struct Provider {
     client: reqwest::Client,
     endpoint: String,
     settings: LlmConfig,
@@ -58,6 +67,7 @@ pub struct Llm {
 #[derive(Deserialize)]
 struct Completion {
     choices: Vec<Choice>,
+    usage: Option<Usage>,
 }
 
 #[derive(Deserialize)]
@@ -70,8 +80,13 @@ struct Message {
     content: String,
 }
 
-impl Llm {
-    pub fn new(settings: LlmConfig) -> anyhow::Result<Self> {
+#[derive(Deserialize)]
+struct Usage {
+    total_tokens: u64,
+}
+
+impl Provider {
+    fn new(settings: LlmConfig) -> anyhow::Result<Self> {
         Ok(Self {
             client: reqwest::Client::builder()
                 .timeout(settings.timeout)
@@ -101,32 +116,19 @@ impl Llm {
             breaker.consecutive_failures = 0;
             breaker.open_until = Some(Instant::now() + self.settings.breaker_cooldown);
             tracing::warn!(
+                model = %self.settings.model,
                 cooldown_secs = self.settings.breaker_cooldown.as_secs(),
-                "language model keeps failing; pausing calls"
+                "language model keeps failing; pausing calls to it"
             );
         }
     }
 
-    /// The model's answer to `prompt` under `system` instructions.
-    pub async fn complete(&self, system: &str, prompt: &str) -> Result<String, LlmError> {
-        if self.breaker_open() {
-            CALLS.with_label_values(&["breaker_open"]).inc();
-            return Err(LlmError::BreakerOpen);
-        }
+    async fn call(&self, system: &str, prompt: &str) -> Result<Answer, String> {
         let _slot = self
             .slots
             .acquire()
             .await
-            .map_err(|_| LlmError::Failed("closed".into()))?;
-        let outcome = self.call(system, prompt).await;
-        self.record(outcome.is_ok());
-        CALLS
-            .with_label_values(&[if outcome.is_ok() { "ok" } else { "error" }])
-            .inc();
-        outcome.map_err(LlmError::Failed)
-    }
-
-    async fn call(&self, system: &str, prompt: &str) -> Result<String, String> {
+            .map_err(|_| "closed".to_owned())?;
         let mut request = self.client.post(&self.endpoint).json(&json!({
             "model": self.settings.model,
             "temperature": 0,
@@ -150,12 +152,64 @@ impl Llm {
             .json()
             .await
             .map_err(|e| e.without_url().to_string())?;
-        completion
+        let text = completion
             .choices
             .into_iter()
             .next()
             .map(|choice| choice.message.content)
-            .ok_or_else(|| "the answer has no choices".to_owned())
+            .ok_or_else(|| "the answer has no choices".to_owned())?;
+        let tokens = completion.usage.map_or_else(
+            || ((system.len() + prompt.len() + text.len()) / 4) as u64,
+            |usage| usage.total_tokens,
+        );
+        Ok(Answer { text, tokens })
+    }
+}
+
+/// The chain of providers.
+#[derive(Debug)]
+pub struct Llm {
+    providers: Vec<Provider>,
+}
+
+impl Llm {
+    /// `None` for an empty chain.
+    pub fn new(chain: &[LlmConfig]) -> anyhow::Result<Option<Self>> {
+        if chain.is_empty() {
+            return Ok(None);
+        }
+        let providers = chain
+            .iter()
+            .cloned()
+            .map(Provider::new)
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Some(Self { providers }))
+    }
+
+    /// The first answer of the chain to `prompt` under `system`.
+    pub async fn complete(&self, system: &str, prompt: &str) -> Result<Answer, LlmError> {
+        let mut last_error = None;
+        for (position, provider) in self.providers.iter().enumerate() {
+            let label = position.to_string();
+            if provider.breaker_open() {
+                CALLS.with_label_values(&[&label, "breaker_open"]).inc();
+                continue;
+            }
+            let outcome = provider.call(system, prompt).await;
+            provider.record(outcome.is_ok());
+            match outcome {
+                Ok(answer) => {
+                    CALLS.with_label_values(&[&label, "ok"]).inc();
+                    return Ok(answer);
+                }
+                Err(error) => {
+                    CALLS.with_label_values(&[&label, "error"]).inc();
+                    tracing::warn!(model = %provider.settings.model, %error, "language model call failed; trying the next one");
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(last_error.map_or(LlmError::BreakerOpen, LlmError::Failed))
     }
 }
 

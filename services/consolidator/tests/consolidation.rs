@@ -776,7 +776,8 @@ async fn start_judge(down: bool) -> (Arc<Judge>, String) {
             "compatible"
         };
         Ok(Json(json!({"choices": [{"message": {"role": "assistant",
-            "content": format!("```json\n{{\"verdict\": \"{verdict}\"}}\n```")}}]})))
+            "content": format!("```json\n{{\"verdict\": \"{verdict}\"}}\n```")}}],
+            "usage": {"total_tokens": 600}})))
     }
     let judge = Arc::new(Judge {
         down,
@@ -793,7 +794,7 @@ async fn start_judge(down: bool) -> (Arc<Judge>, String) {
 
 fn with_llm(url: String) -> ConsolidationConfig {
     let mut settings = settings();
-    settings.llm = Some(mneme_config::LlmConfig {
+    settings.llm = vec![mneme_config::LlmConfig {
         url,
         api_key: None,
         model: "stub".into(),
@@ -801,7 +802,7 @@ fn with_llm(url: String) -> ConsolidationConfig {
         concurrency: 2,
         breaker_failures: 2,
         breaker_cooldown: Duration::from_secs(600),
-    });
+    }];
     settings
 }
 
@@ -1037,4 +1038,80 @@ async fn near_duplicates_are_merged_into_the_newer_but_similar_different_stateme
             "different statements are kept"
         );
     }
+}
+
+fn provider(url: String) -> mneme_config::LlmConfig {
+    mneme_config::LlmConfig {
+        url,
+        api_key: None,
+        model: "stub".into(),
+        timeout: Duration::from_secs(5),
+        concurrency: 2,
+        breaker_failures: 2,
+        breaker_cooldown: Duration::from_secs(600),
+    }
+}
+
+#[tokio::test]
+async fn the_fallback_model_answers_when_the_first_fails() {
+    let h = harness().await;
+    undecided_pairs(&h).await;
+    let (down, down_url) = start_judge(true).await;
+    let (up, up_url) = start_judge(false).await;
+    let mut settings = settings();
+    settings.llm = vec![provider(down_url), provider(up_url)];
+    let run = h
+        .consolidator(settings)
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let calls = |judge: &Judge| judge.calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        h.count(&h.tenant, "contradiction_candidates", "status = 'pending'")
+            .await,
+        0,
+        "{:?}",
+        run.stages
+    );
+    // Two pending pairs: the first model failed twice (then its breaker
+    // opened), the fallback answered both.
+    assert_eq!((calls(&down), calls(&up)), (2, 2));
+    assert_eq!(
+        h.count(&h.tenant, "llm_usage", "tokens = 1200 AND calls = 2")
+            .await,
+        1,
+        "the tokens the fallback reported are counted"
+    );
+}
+
+#[tokio::test]
+async fn the_daily_token_budget_of_a_tenant_stops_the_model() {
+    let h = harness().await;
+    undecided_pairs(&h).await;
+    let (judge, url) = start_judge(false).await;
+    let mut settings = with_llm(url);
+    settings.llm_tenant_daily_tokens = 500;
+    let run = h
+        .consolidator(settings)
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let stage = run
+        .stages
+        .iter()
+        .find(|s| s.stage == "contradiction_adjudication")
+        .unwrap();
+    // The first call costs 600 tokens; the budget stops the second.
+    assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(stage.affected, 1);
+    assert_eq!(
+        stage.skipped.as_deref(),
+        Some("token budget of the day spent")
+    );
+    assert_eq!(
+        h.count(&h.tenant, "contradiction_candidates", "status = 'pending'")
+            .await,
+        1
+    );
+    assert_eq!(h.count(&h.other, "llm_usage", "true").await, 0);
 }

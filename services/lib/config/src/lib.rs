@@ -207,8 +207,11 @@ pub struct ConsolidationConfig {
     pub dedup_similarity: f32,
     pub dedup_min_overlap: f64,
     pub dedup_per_run: i64,
-    /// `None`: no language model; its stages are skipped.
-    pub llm: Option<LlmConfig>,
+    /// The language models, tried in order; empty: none, their stages are
+    /// skipped.
+    pub llm: Vec<LlmConfig>,
+    /// Tokens per tenant and day; 0: no limit.
+    pub llm_tenant_daily_tokens: i64,
 }
 
 /// An OpenAI-compatible chat API for consolidation.
@@ -811,7 +814,11 @@ impl Config {
                 r.positive(settings::CONTRADICTION_ADJUDICATIONS_PER_RUN),
             )
             .unwrap_or(i64::MAX),
-            llm: None,
+            llm: Vec::new(),
+            llm_tenant_daily_tokens: i64::try_from(
+                r.value::<u64>(settings::LLM_TENANT_DAILY_TOKENS),
+            )
+            .unwrap_or(i64::MAX),
             dedup_similarity: r.value(settings::DEDUP_SIMILARITY),
             dedup_min_overlap: r.value(settings::DEDUP_MIN_OVERLAP),
             dedup_per_run: i64::try_from(r.positive(settings::DEDUP_PER_RUN)).unwrap_or(i64::MAX),
@@ -835,11 +842,25 @@ impl Config {
                 .unwrap_or(u32::MAX),
             breaker_cooldown: Duration::from_secs(r.value(settings::LLM_BREAKER_COOLDOWN_SECS)),
         };
+        let primary = r.raw(settings::LLM_URL).map(|raw| LlmConfig {
+            url: parse_base_url(&mut r, settings::LLM_URL, raw),
+            ..llm.clone()
+        });
+        let fallback = r.raw(settings::LLM_FALLBACK_URL).map(|raw| LlmConfig {
+            url: parse_base_url(&mut r, settings::LLM_FALLBACK_URL, raw),
+            api_key: r.raw(settings::LLM_FALLBACK_API_KEY).map(Secret::new),
+            model: r.raw(settings::LLM_FALLBACK_MODEL).unwrap_or_default(),
+            ..llm
+        });
+        if primary.is_none() && fallback.is_some() {
+            r.problem(format!(
+                "{} needs {}",
+                settings::LLM_FALLBACK_URL.name,
+                settings::LLM_URL.name
+            ));
+        }
         let consolidation = ConsolidationConfig {
-            llm: r.raw(settings::LLM_URL).map(|raw| LlmConfig {
-                url: parse_base_url(&mut r, settings::LLM_URL, raw),
-                ..llm
-            }),
+            llm: primary.into_iter().chain(fallback).collect(),
             ..consolidation
         };
         for (setting, similarity) in [

@@ -264,12 +264,20 @@ settings! {
             "Bearer token for the chat API, if it needs one. Never logged.";
         LLM_MODEL = "MNEME_LLM_MODEL", Some("gpt-4o-mini"),
             "Model name sent to the chat API.";
+        LLM_FALLBACK_URL = "MNEME_LLM_FALLBACK_URL", None,
+            "Base URL of a second OpenAI-compatible chat API, asked when the first fails (429, 5xx, timeout, a malformed answer) or its breaker is open.";
+        LLM_FALLBACK_API_KEY = "MNEME_LLM_FALLBACK_API_KEY", None,
+            "Bearer token for the fallback chat API. Never logged.";
+        LLM_FALLBACK_MODEL = "MNEME_LLM_FALLBACK_MODEL", Some("gpt-4o-mini"),
+            "Model name sent to the fallback chat API.";
+        LLM_TENANT_DAILY_TOKENS = "MNEME_LLM_TENANT_DAILY_TOKENS", Some("100000"),
+            "Tokens the language model may spend on one tenant per day (UTC) across the LLM-backed stages; once spent, they wait for the next day. 0 for no limit.";
         LLM_TIMEOUT_MS = "MNEME_LLM_TIMEOUT_MS", Some("30000"),
             "Deadline of one chat call, in milliseconds.";
         LLM_CONCURRENCY = "MNEME_LLM_CONCURRENCY", Some("2"),
             "Chat calls one consolidator makes at once.";
         LLM_BREAKER_FAILURES = "MNEME_LLM_BREAKER_FAILURES", Some("3"),
-            "Consecutive failed chat calls after which no call is made for `MNEME_LLM_BREAKER_COOLDOWN_SECS`; the work waits for a later run.";
+            "Consecutive failed chat calls after which a provider is skipped for `MNEME_LLM_BREAKER_COOLDOWN_SECS`; with every provider paused the work waits for a later run.";
         LLM_BREAKER_COOLDOWN_SECS = "MNEME_LLM_BREAKER_COOLDOWN_SECS", Some("300"),
             "How long the language model is left alone after repeated failures.";
         CONTRADICTION_ADJUDICATIONS_PER_RUN = "MNEME_CONTRADICTION_ADJUDICATIONS_PER_RUN", Some("10"),

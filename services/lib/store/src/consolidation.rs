@@ -619,3 +619,31 @@ pub async fn decide_contradiction_candidate(
         )
         .await?)
 }
+
+/// Tokens the language model has spent on the tenant on `day`.
+pub async fn llm_tokens_used(tx: &TenantTx<'_>, day: chrono::NaiveDate) -> Result<i64> {
+    Ok(tx
+        .query_opt(
+            "SELECT tokens FROM mneme.llm_usage WHERE tenant_id = $1 AND day = $2",
+            &[&tx.tenant_id(), &day],
+        )
+        .await?
+        .map_or(0, |row| row.get(0)))
+}
+
+/// Adds `tokens` over `calls` calls to the tenant's usage of `day`.
+pub async fn record_llm_usage(
+    tx: &TenantTx<'_>,
+    day: chrono::NaiveDate,
+    tokens: i64,
+    calls: i32,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO mneme.llm_usage (tenant_id, day, tokens, calls) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (tenant_id, day) DO UPDATE
+            SET tokens = llm_usage.tokens + EXCLUDED.tokens, calls = llm_usage.calls + EXCLUDED.calls",
+        &[&tx.tenant_id(), &day, &tokens, &calls],
+    )
+    .await?;
+    Ok(())
+}
