@@ -9,10 +9,10 @@
 //! Without `MNEME_LLM_URL` there is no model: the stages that need one
 //! report `skipped` and everything else runs.
 
-use std::sync::{LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::LazyLock;
 
 use mneme_config::LlmConfig;
+use mneme_core::breaker::CircuitBreaker;
 use mneme_telemetry::metrics::register;
 use prometheus::{IntCounterVec, Opts};
 use serde::Deserialize;
@@ -49,19 +49,13 @@ pub struct Answer {
     pub tokens: u64,
 }
 
-#[derive(Debug, Default)]
-struct Breaker {
-    consecutive_failures: u32,
-    open_until: Option<Instant>,
-}
-
 #[derive(Debug)]
 struct Provider {
     client: reqwest::Client,
     endpoint: String,
     settings: LlmConfig,
     slots: Semaphore,
-    breaker: Mutex<Breaker>,
+    breaker: CircuitBreaker,
 }
 
 #[derive(Deserialize)]
@@ -93,31 +87,16 @@ impl Provider {
                 .build()?,
             endpoint: format!("{}/chat/completions", settings.url),
             slots: Semaphore::new(settings.concurrency.max(1)),
+            breaker: CircuitBreaker::new(settings.breaker_failures, settings.breaker_cooldown),
             settings,
-            breaker: Mutex::new(Breaker::default()),
         })
     }
 
-    fn breaker_open(&self) -> bool {
-        let breaker = self.breaker.lock().unwrap_or_else(|e| e.into_inner());
-        breaker
-            .open_until
-            .is_some_and(|until| Instant::now() < until)
-    }
-
     fn record(&self, ok: bool) {
-        let mut breaker = self.breaker.lock().unwrap_or_else(|e| e.into_inner());
-        if ok {
-            *breaker = Breaker::default();
-            return;
-        }
-        breaker.consecutive_failures += 1;
-        if breaker.consecutive_failures >= self.settings.breaker_failures {
-            breaker.consecutive_failures = 0;
-            breaker.open_until = Some(Instant::now() + self.settings.breaker_cooldown);
+        if self.breaker.record(ok) {
             tracing::warn!(
                 model = %self.settings.model,
-                cooldown_secs = self.settings.breaker_cooldown.as_secs(),
+                cooldown_secs = self.breaker.cooldown().as_secs(),
                 "language model keeps failing; pausing calls to it"
             );
         }
@@ -191,7 +170,7 @@ impl Llm {
         let mut last_error = None;
         for (position, provider) in self.providers.iter().enumerate() {
             let label = position.to_string();
-            if provider.breaker_open() {
+            if provider.breaker.is_open() {
                 CALLS.with_label_values(&[&label, "breaker_open"]).inc();
                 continue;
             }

@@ -8,10 +8,10 @@
 //! cooldown, so an outage costs one timeout per cooldown instead of one per
 //! recall.
 
-use std::sync::{LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::LazyLock;
 
 use mneme_config::RerankerConfig;
+use mneme_core::breaker::CircuitBreaker;
 use mneme_proto::v1::RecalledFragment;
 use mneme_telemetry::metrics::register;
 use prometheus::{IntCounterVec, Opts};
@@ -78,19 +78,13 @@ impl RerankResponse {
     }
 }
 
-#[derive(Debug, Default)]
-struct Health {
-    consecutive_failures: u32,
-    skip_until: Option<Instant>,
-}
-
 /// Client of the external reranker, shared by all recalls of a process.
 #[derive(Debug)]
 pub(crate) struct Reranker {
     client: reqwest::Client,
     endpoint: String,
     settings: RerankerConfig,
-    health: Mutex<Health>,
+    breaker: CircuitBreaker,
 }
 
 impl Reranker {
@@ -100,30 +94,15 @@ impl Reranker {
                 .timeout(settings.timeout)
                 .build()?,
             endpoint: format!("{}/rerank", settings.url),
+            breaker: CircuitBreaker::new(settings.max_failures, settings.cooldown),
             settings,
-            health: Mutex::new(Health::default()),
         })
     }
 
-    fn cooling_down(&self) -> bool {
-        let health = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        health
-            .skip_until
-            .is_some_and(|until| Instant::now() < until)
-    }
-
     fn record(&self, ok: bool) {
-        let mut health = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        if ok {
-            *health = Health::default();
-            return;
-        }
-        health.consecutive_failures += 1;
-        if health.consecutive_failures >= self.settings.max_failures {
-            health.consecutive_failures = 0;
-            health.skip_until = Some(Instant::now() + self.settings.cooldown);
+        if self.breaker.record(ok) {
             tracing::warn!(
-                cooldown_secs = self.settings.cooldown.as_secs(),
+                cooldown_secs = self.breaker.cooldown().as_secs(),
                 "reranker keeps failing; recalling without it for a while"
             );
         }
@@ -140,7 +119,7 @@ impl Reranker {
         if ranked.len() < 2 {
             return ranked;
         }
-        if self.cooling_down() {
+        if self.breaker.is_open() {
             CALLS.with_label_values(&["skipped"]).inc();
             return ranked;
         }

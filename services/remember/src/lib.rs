@@ -76,6 +76,33 @@ impl RememberServer {
     }
 }
 
+/// Runs `work` in the background and streams what it reports, then its
+/// result (or error), as the events of a server-streaming call. A slow or
+/// gone client only misses progress, never the result.
+fn stream_with_progress<E, P, R, W, Fut>(
+    progress_event: fn(P) -> E,
+    result_event: fn(R) -> E,
+    work: W,
+) -> ReceiverStream<Result<E, Status>>
+where
+    E: Send + 'static,
+    P: 'static,
+    R: 'static,
+    W: FnOnce(Box<dyn Fn(P) + Send + Sync>) -> Fut + Send + 'static,
+    Fut: Future<Output = mneme_core::Result<R>> + Send,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let progress_sender = sender.clone();
+        let report = Box::new(move |progress: P| {
+            let _ = progress_sender.try_send(Ok(progress_event(progress)));
+        });
+        let last = work(report).await.map(result_event).map_err(to_status);
+        let _ = sender.send(last).await;
+    });
+    ReceiverStream::new(receiver)
+}
+
 #[tonic::async_trait]
 impl RememberService for RememberServer {
     type BatchRememberStream = ReceiverStream<Result<BatchRememberEvent, Status>>;
@@ -87,27 +114,16 @@ impl RememberService for RememberServer {
         let principal = mneme_proto::principal::principal(&request)?;
         // Refuse before streaming, so a denied call is a plain error.
         principal.require(Permission::Write).map_err(to_status)?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(16);
-        let server = self.clone();
-        let message = request.into_inner();
-        tokio::spawn(async move {
-            let progress_sender = sender.clone();
-            let outcome = server
-                .batch_remember(&principal, message, |progress| {
-                    // A slow or gone client only misses progress, never the result.
-                    let _ = progress_sender.try_send(Ok(BatchRememberEvent {
-                        event: Some(batch_remember_event::Event::Progress(progress)),
-                    }));
-                })
-                .await;
-            let last = outcome
-                .map(|result| BatchRememberEvent {
-                    event: Some(batch_remember_event::Event::Result(result)),
-                })
-                .map_err(to_status);
-            let _ = sender.send(last).await;
-        });
-        Ok(Response::new(ReceiverStream::new(receiver)))
+        let (server, message) = (self.clone(), request.into_inner());
+        Ok(Response::new(stream_with_progress(
+            |progress| BatchRememberEvent {
+                event: Some(batch_remember_event::Event::Progress(progress)),
+            },
+            |result| BatchRememberEvent {
+                event: Some(batch_remember_event::Event::Result(result)),
+            },
+            move |report| async move { server.batch_remember(&principal, message, report).await },
+        )))
     }
 
     type ConsolidateStream = ReceiverStream<Result<ConsolidateEvent, Status>>;
@@ -118,26 +134,16 @@ impl RememberService for RememberServer {
     ) -> Result<Response<Self::ConsolidateStream>, Status> {
         let principal = mneme_proto::principal::principal(&request)?;
         principal.require(Permission::Admin).map_err(to_status)?;
-        let (sender, receiver) = tokio::sync::mpsc::channel(16);
-        let server = self.clone();
-        let message = request.into_inner();
-        tokio::spawn(async move {
-            let progress_sender = sender.clone();
-            let outcome = server
-                .consolidate(&principal, message, |progress| {
-                    let _ = progress_sender.try_send(Ok(ConsolidateEvent {
-                        event: Some(consolidate_event::Event::Progress(progress)),
-                    }));
-                })
-                .await;
-            let last = outcome
-                .map(|result| ConsolidateEvent {
-                    event: Some(consolidate_event::Event::Result(result)),
-                })
-                .map_err(to_status);
-            let _ = sender.send(last).await;
-        });
-        Ok(Response::new(ReceiverStream::new(receiver)))
+        let (server, message) = (self.clone(), request.into_inner());
+        Ok(Response::new(stream_with_progress(
+            |progress| ConsolidateEvent {
+                event: Some(consolidate_event::Event::Progress(progress)),
+            },
+            |result| ConsolidateEvent {
+                event: Some(consolidate_event::Event::Result(result)),
+            },
+            move |report| async move { server.consolidate(&principal, message, report).await },
+        )))
     }
 
     async fn remember(

@@ -4,6 +4,7 @@
 //!
 //! Layout:
 //! - [`api_key`]: the API key format, generation and verification.
+//! - [`breaker`]: the circuit breaker of optional outside services.
 //! - [`claims`]: rule-based claim extraction (subject, predicate, object,
 //!   polarity) for the symbolic layer.
 //! - [`contradiction`]: the rules that judge two similar memories
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api_key;
+pub mod breaker;
 pub mod claims;
 pub mod contradiction;
 pub mod error;
