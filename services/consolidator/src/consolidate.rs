@@ -58,6 +58,18 @@ static STAGE_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         .expect("valid metric"),
     )
 });
+static RUNS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_consolidation_runs_total",
+                "Consolidations of a tenant, by trigger (schedule, manual), dry run and outcome (finished, failed).",
+            ),
+            &["trigger", "dry_run", "outcome"],
+        )
+        .expect("valid metric"),
+    )
+});
 static STAGE_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register(
         HistogramVec::new(
@@ -504,6 +516,12 @@ impl Consolidator {
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
         consolidation::record_run(&tx, &run).await?;
         tx.commit().await?;
+        RUNS.with_label_values(&[
+            trigger,
+            if dry_run { "true" } else { "false" },
+            if run.failed() { "failed" } else { "finished" },
+        ])
+        .inc();
         let affected: u64 = run.stages.iter().map(|s| s.affected).sum();
         tracing::info!(tenant.id = %tenant_id, dry_run, affected, failed = run.failed(), "tenant consolidated");
         Ok(run)
