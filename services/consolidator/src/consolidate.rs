@@ -297,6 +297,9 @@ async fn apply_contradiction(
     Ok(())
 }
 
+/// Tries the model gets on a pair before the pair is parked.
+const VERDICT_ATTEMPTS: i16 = 3;
+
 /// A model's verdict on a pending pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -356,6 +359,7 @@ impl Consolidator {
         };
         let budget = self.settings.llm_tenant_daily_tokens;
         let (mut spent, mut calls, mut stopped) = (0i64, 0i32, None);
+        let mut failed: Vec<(SimilarPair, String)> = Vec::new();
         let mut verdicts = Vec::with_capacity(pending.len());
         for pair in pending {
             if budget > 0 && used >= budget {
@@ -368,6 +372,7 @@ impl Consolidator {
                 Err(LlmError::BreakerOpen) => break,
                 Err(error) => {
                     tracing::warn!(%error, "contradiction verdict failed; the pair stays pending");
+                    failed.push((pair, error.to_string()));
                     continue;
                 }
             };
@@ -380,13 +385,26 @@ impl Consolidator {
             match verdict.as_deref() {
                 Some("contradiction") => verdicts.push((pair, Verdict::Contradiction)),
                 Some("compatible") => verdicts.push((pair, Verdict::Compatible)),
-                _ => tracing::warn!("the language model gave no verdict; the pair stays pending"),
+                _ => {
+                    tracing::warn!("the language model gave no verdict; the pair stays pending");
+                    failed.push((pair, "the answer held no verdict".to_owned()));
+                }
             }
         }
-        if calls > 0 {
+        if calls > 0 || !failed.is_empty() {
+            // Spent tokens and failed attempts are real even in a dry run.
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            consolidation::record_llm_usage(&tx, day, spent, calls).await?;
+            if calls > 0 {
+                consolidation::record_llm_usage(&tx, day, spent, calls).await?;
+            }
+            for (pair, error) in &failed {
+                if consolidation::contradiction_attempt_failed(&tx, pair, error, VERDICT_ATTEMPTS)
+                    .await?
+                {
+                    tracing::warn!(newer = %pair.newer_id, older = %pair.older_id, "contradiction candidate parked: no verdict after repeated attempts");
+                }
+            }
             tx.commit().await?;
         }
         Ok((verdicts, stopped))

@@ -752,9 +752,19 @@ async fn contradictions_are_found_by_rules_within_a_key_and_topic_and_undecided_
 struct Judge {
     calls: std::sync::atomic::AtomicUsize,
     down: bool,
+    /// Answers, but never with a verdict.
+    vague: bool,
 }
 
 async fn start_judge(down: bool) -> (Arc<Judge>, String) {
+    start_judge_with(Judge {
+        down,
+        ..Judge::default()
+    })
+    .await
+}
+
+async fn start_judge_with(judge: Judge) -> (Arc<Judge>, String) {
     use axum::Json;
     use axum::extract::State;
     use axum::http::StatusCode;
@@ -770,6 +780,10 @@ async fn start_judge(down: bool) -> (Arc<Judge>, String) {
             return Err(StatusCode::SERVICE_UNAVAILABLE);
         }
         let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+        if judge.vague {
+            return Ok(Json(json!({"choices": [{"message": {"role": "assistant",
+                "content": "Hard to say without more context."}}]})));
+        }
         let verdict = if prompt.contains("Fridays") {
             "contradiction"
         } else {
@@ -779,10 +793,7 @@ async fn start_judge(down: bool) -> (Arc<Judge>, String) {
             "content": format!("```json\n{{\"verdict\": \"{verdict}\"}}\n```")}}],
             "usage": {"total_tokens": 600}})))
     }
-    let judge = Arc::new(Judge {
-        down,
-        ..Judge::default()
-    });
+    let judge = Arc::new(judge);
     let app = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(complete))
         .with_state(Arc::clone(&judge));
@@ -1114,4 +1125,33 @@ async fn the_daily_token_budget_of_a_tenant_stops_the_model() {
         1
     );
     assert_eq!(h.count(&h.other, "llm_usage", "true").await, 0);
+}
+
+#[tokio::test]
+async fn pairs_the_model_cannot_judge_are_parked_after_three_tries() {
+    let h = harness().await;
+    undecided_pairs(&h).await;
+    let (judge, url) = start_judge_with(Judge {
+        vague: true,
+        ..Judge::default()
+    })
+    .await;
+    let consolidator = h.consolidator(with_llm(url));
+    for _ in 0..4 {
+        consolidator
+            .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+            .await
+            .unwrap();
+    }
+    // Two pairs, three tries each; the fourth run asks nothing.
+    assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 6);
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "contradiction_candidates",
+            "status = 'parked' AND attempts = 3 AND error LIKE '%no verdict%'"
+        )
+        .await,
+        2
+    );
 }

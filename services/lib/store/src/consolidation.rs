@@ -647,3 +647,31 @@ pub async fn record_llm_usage(
     .await?;
     Ok(())
 }
+
+/// Records that the model gave no verdict on a pending pair; after
+/// `max_attempts` the pair is parked (`status = parked`) with the last
+/// error and no longer asked about. Returns true when it was parked.
+pub async fn contradiction_attempt_failed(
+    tx: &TenantTx<'_>,
+    pair: &SimilarPair,
+    error: &str,
+    max_attempts: i16,
+) -> Result<bool> {
+    let row = tx
+        .query_opt(
+            "UPDATE mneme.contradiction_candidates
+                SET attempts = attempts + 1, error = left($4, 500),
+                    status = CASE WHEN attempts + 1 >= $5::int2 THEN 'parked' ELSE status END
+              WHERE tenant_id = $1 AND newer_id = $2 AND older_id = $3 AND status = 'pending'
+             RETURNING status = 'parked'",
+            &[
+                &tx.tenant_id(),
+                &pair.newer_id,
+                &pair.older_id,
+                &error,
+                &max_attempts,
+            ],
+        )
+        .await?;
+    Ok(row.is_some_and(|row| row.get(0)))
+}
