@@ -96,6 +96,7 @@ pub enum Stage {
     AnchorPromotion,
     ContradictionDetection,
     ContradictionAdjudication,
+    SupersessionReview,
     SearchEventsGc,
 }
 
@@ -112,10 +113,19 @@ pub const STAGES: &[Stage] = &[
     Stage::AnchorPromotion,
     Stage::ContradictionDetection,
     Stage::ContradictionAdjudication,
+    Stage::SupersessionReview,
     Stage::SearchEventsGc,
 ];
 
 impl Stage {
+    /// Stages that need a language model (skipped without one).
+    pub fn needs_model(self) -> bool {
+        matches!(
+            self,
+            Stage::ContradictionAdjudication | Stage::SupersessionReview
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Stage::TtlTransition => "ttl_transition",
@@ -128,6 +138,7 @@ impl Stage {
             Stage::AnchorPromotion => "anchor_promotion",
             Stage::ContradictionDetection => "contradiction_detection",
             Stage::ContradictionAdjudication => "contradiction_adjudication",
+            Stage::SupersessionReview => "supersession_review",
             Stage::SearchEventsGc => "search_events_gc",
         }
     }
@@ -148,8 +159,8 @@ impl Stage {
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
             Stage::ContradictionDetection => detect_contradictions(tx, now, rules).await,
-            // Needs the model's verdicts first: see `Consolidator::adjudicate`.
-            Stage::ContradictionAdjudication => Ok(0),
+            // Their work is the model's answers: see `Consolidator::prepare`.
+            Stage::ContradictionAdjudication | Stage::SupersessionReview => Ok(0),
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
         }
     }
@@ -300,6 +311,34 @@ async fn apply_contradiction(
 /// Tries the model gets on a pair before the pair is parked.
 const VERDICT_ATTEMPTS: i16 = 3;
 
+/// What a language model answered for one stage, applied in the stage's
+/// transaction.
+#[derive(Debug)]
+enum ModelWork {
+    None,
+    Contradictions(Vec<(SimilarPair, Verdict)>),
+    /// `reviewed`: new fragments fully answered (marked, not asked again);
+    /// `superseded`: pairs whose newer fragment replaces the older.
+    Supersessions {
+        reviewed: Vec<Uuid>,
+        superseded: Vec<SimilarPair>,
+    },
+}
+
+/// Answers of one round of questions about pairs.
+#[derive(Debug, Default)]
+struct ModelAnswers {
+    verdicts: Vec<(SimilarPair, String)>,
+    failed: Vec<(SimilarPair, String)>,
+    stopped: Option<String>,
+}
+
+const SUPERSESSION_INSTRUCTIONS: &str = "You compare two notes an AI agent stored about the same \
+    topic, the second written later. Decide whether the second replaces the first: an update that \
+    makes the first outdated (a new value, a changed decision, a fix that ends a problem). Notes \
+    that add to each other do not replace. Answer with JSON only: \
+    {\"verdict\": \"supersedes\" | \"independent\"}.";
+
 /// A model's verdict on a pending pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -311,6 +350,51 @@ const JUDGE_INSTRUCTIONS: &str = "You compare two notes an AI agent stored about
     the second written later. Decide whether they contradict each other (both cannot be true at \
     once) or are compatible (they can both be true, or one refines the other). Answer with JSON \
     only: {\"verdict\": \"contradiction\" | \"compatible\"}.";
+
+/// Applies what a model answered; returns the fragments (or candidates)
+/// changed.
+async fn apply_model_work(
+    tx: &TenantTx<'_>,
+    work: ModelWork,
+    now: DateTime<Utc>,
+) -> mneme_store::Result<u64> {
+    let mut affected = 0;
+    match work {
+        ModelWork::None => {}
+        ModelWork::Contradictions(verdicts) => {
+            for (pair, verdict) in &verdicts {
+                let status = match verdict {
+                    Verdict::Contradiction => "contradiction",
+                    Verdict::Compatible => "compatible",
+                };
+                let settled =
+                    consolidation::decide_contradiction_candidate(tx, pair, status, "llm", now)
+                        .await?;
+                if settled > 0 && *verdict == Verdict::Contradiction {
+                    apply_contradiction(tx, pair, "contradiction_adjudication").await?;
+                }
+                affected += settled;
+            }
+        }
+        ModelWork::Supersessions {
+            reviewed,
+            superseded,
+        } => {
+            for pair in &superseded {
+                let done = mneme_store::fragments::supersede(
+                    tx,
+                    &[pair.key_id],
+                    &[pair.older_id],
+                    pair.newer_id,
+                )
+                .await?;
+                affected += done.len() as u64;
+            }
+            consolidation::mark_supersession_reviewed(tx, &reviewed, now).await?;
+        }
+    }
+    Ok(affected)
+}
 
 /// Runs consolidations.
 #[derive(Debug, Clone)]
@@ -334,45 +418,41 @@ impl Consolidator {
         }
     }
 
-    /// The model's verdicts on the tenant's oldest pending contradiction
-    /// candidates, within the tenant's daily token budget. Read in a
-    /// transaction of its own and asked outside any, so no database
-    /// connection waits for the model. Pairs the model fails on stay
-    /// pending; every provider paused, or the budget spent, ends the round
-    /// (the latter is returned as the reason).
-    async fn adjudicate(
+    /// Asks the model `instructions` about each pair, within the tenant's
+    /// daily token budget, outside any transaction (no pooled connection
+    /// waits on a model). Returns each answered pair with the `verdict`
+    /// field of the answer, the pairs that got none (with why), and why the
+    /// round stopped early (every provider paused ends it silently; a spent
+    /// budget is reported). Tokens spent are recorded, dry run or not.
+    async fn ask_about_pairs(
         &self,
         llm: &Llm,
         tenant_id: Uuid,
         now: DateTime<Utc>,
-    ) -> mneme_store::Result<(Vec<(SimilarPair, Verdict)>, Option<String>)> {
+        instructions: &str,
+        pairs: Vec<SimilarPair>,
+    ) -> mneme_store::Result<ModelAnswers> {
         let day = now.date_naive();
-        let (pending, mut used) = {
+        let mut used = {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            let pending = consolidation::pending_contradictions(
-                &tx,
-                self.settings.contradiction_adjudications_per_run,
-            )
-            .await?;
-            (pending, consolidation::llm_tokens_used(&tx, day).await?)
+            consolidation::llm_tokens_used(&tx, day).await?
         };
         let budget = self.settings.llm_tenant_daily_tokens;
-        let (mut spent, mut calls, mut stopped) = (0i64, 0i32, None);
-        let mut failed: Vec<(SimilarPair, String)> = Vec::new();
-        let mut verdicts = Vec::with_capacity(pending.len());
-        for pair in pending {
+        let (mut spent, mut calls) = (0i64, 0i32);
+        let mut answers = ModelAnswers::default();
+        for pair in pairs {
             if budget > 0 && used >= budget {
-                stopped = Some("token budget of the day spent".to_owned());
+                answers.stopped = Some("token budget of the day spent".to_owned());
                 break;
             }
             let prompt = format!("First note: {}\nSecond note: {}", pair.older, pair.newer);
-            let answer = match llm.complete(JUDGE_INSTRUCTIONS, &prompt).await {
+            let answer = match llm.complete(instructions, &prompt).await {
                 Ok(answer) => answer,
                 Err(LlmError::BreakerOpen) => break,
                 Err(error) => {
-                    tracing::warn!(%error, "contradiction verdict failed; the pair stays pending");
-                    failed.push((pair, error.to_string()));
+                    tracing::warn!(%error, "language model call failed; the pair waits");
+                    answers.failed.push((pair, error.to_string()));
                     continue;
                 }
             };
@@ -380,34 +460,115 @@ impl Consolidator {
             used = used.saturating_add(tokens);
             spent = spent.saturating_add(tokens);
             calls += 1;
-            let verdict = llm::json_object(&answer.text)
-                .and_then(|json| json["verdict"].as_str().map(str::to_owned));
-            match verdict.as_deref() {
-                Some("contradiction") => verdicts.push((pair, Verdict::Contradiction)),
-                Some("compatible") => verdicts.push((pair, Verdict::Compatible)),
-                _ => {
-                    tracing::warn!("the language model gave no verdict; the pair stays pending");
-                    failed.push((pair, "the answer held no verdict".to_owned()));
-                }
+            match llm::json_object(&answer.text)
+                .and_then(|json| json["verdict"].as_str().map(str::to_owned))
+            {
+                Some(verdict) => answers.verdicts.push((pair, verdict)),
+                None => answers
+                    .failed
+                    .push((pair, "the answer held no verdict".to_owned())),
             }
         }
-        if calls > 0 || !failed.is_empty() {
-            // Spent tokens and failed attempts are real even in a dry run.
+        if calls > 0 {
             let mut client = self.store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            if calls > 0 {
-                consolidation::record_llm_usage(&tx, day, spent, calls).await?;
-            }
-            for (pair, error) in &failed {
-                if consolidation::contradiction_attempt_failed(&tx, pair, error, VERDICT_ATTEMPTS)
-                    .await?
-                {
-                    tracing::warn!(newer = %pair.newer_id, older = %pair.older_id, "contradiction candidate parked: no verdict after repeated attempts");
-                }
-            }
+            consolidation::record_llm_usage(&tx, day, spent, calls).await?;
             tx.commit().await?;
         }
-        Ok((verdicts, stopped))
+        Ok(answers)
+    }
+
+    /// What the model-backed `stage` needs from the model, before its
+    /// transaction opens; `ModelWork::None` for the other stages.
+    async fn prepare(
+        &self,
+        stage: Stage,
+        llm: &Llm,
+        tenant_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> mneme_store::Result<(ModelWork, Option<String>)> {
+        match stage {
+            Stage::ContradictionAdjudication => {
+                let pending = {
+                    let mut client = self.store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                    consolidation::pending_contradictions(
+                        &tx,
+                        self.settings.contradiction_adjudications_per_run,
+                    )
+                    .await?
+                };
+                let answers = self
+                    .ask_about_pairs(llm, tenant_id, now, JUDGE_INSTRUCTIONS, pending)
+                    .await?;
+                if !answers.failed.is_empty() {
+                    // Failed attempts are real even in a dry run.
+                    let mut client = self.store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                    for (pair, error) in &answers.failed {
+                        if consolidation::contradiction_attempt_failed(
+                            &tx,
+                            pair,
+                            error,
+                            VERDICT_ATTEMPTS,
+                        )
+                        .await?
+                        {
+                            tracing::warn!(newer = %pair.newer_id, older = %pair.older_id, "contradiction candidate parked: no verdict after repeated attempts");
+                        }
+                    }
+                    tx.commit().await?;
+                }
+                let verdicts = answers
+                    .verdicts
+                    .into_iter()
+                    .filter_map(|(pair, verdict)| match verdict.as_str() {
+                        "contradiction" => Some((pair, Verdict::Contradiction)),
+                        "compatible" => Some((pair, Verdict::Compatible)),
+                        _ => None,
+                    })
+                    .collect();
+                Ok((ModelWork::Contradictions(verdicts), answers.stopped))
+            }
+            Stage::SupersessionReview => {
+                let (mut reviewed, pairs) = {
+                    let mut client = self.store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                    consolidation::supersession_candidates(
+                        &tx,
+                        self.settings.supersession_per_run,
+                        self.settings.supersession_min_similarity,
+                        self.settings.supersession_max_similarity,
+                    )
+                    .await?
+                };
+                let asked: Vec<Uuid> = pairs.iter().map(|p| p.newer_id).collect();
+                let answers = self
+                    .ask_about_pairs(llm, tenant_id, now, SUPERSESSION_INSTRUCTIONS, pairs)
+                    .await?;
+                // A fragment is reviewed once every pair of it got a verdict;
+                // failures and a round cut short (budget, breakers) leave it
+                // for the next run.
+                let answered: Vec<Uuid> =
+                    answers.verdicts.iter().map(|(p, _)| p.newer_id).collect();
+                let count = |ids: &[Uuid], id: &Uuid| ids.iter().filter(|x| *x == id).count();
+                reviewed.retain(|id| count(&asked, id) == count(&answered, id));
+                let superseded = answers
+                    .verdicts
+                    .into_iter()
+                    .filter(|(_, verdict)| verdict == "supersedes")
+                    .map(|(pair, _)| pair)
+                    .collect();
+                Ok((
+                    ModelWork::Supersessions {
+                        reviewed,
+                        superseded,
+                    },
+                    answers.stopped,
+                ))
+            }
+            _ => Ok((ModelWork::None, None)),
+        }
     }
 
     fn rules(&self) -> StageRules {
@@ -447,7 +608,7 @@ impl Consolidator {
         let mut stages = Vec::with_capacity(STAGES.len());
         for stage in STAGES {
             let clock = Instant::now();
-            if *stage == Stage::ContradictionAdjudication && self.llm.is_none() {
+            if stage.needs_model() && self.llm.is_none() {
                 let result = StageResult {
                     stage: stage.name(),
                     affected: 0,
@@ -460,29 +621,14 @@ impl Consolidator {
                 continue;
             }
             let outcome = async {
-                let (verdicts, stopped) = match (stage, &self.llm) {
-                    (Stage::ContradictionAdjudication, Some(llm)) => {
-                        self.adjudicate(llm, tenant_id, now).await?
-                    }
-                    _ => (Vec::new(), None),
+                let (work, stopped) = match &self.llm {
+                    Some(llm) => self.prepare(*stage, llm, tenant_id, now).await?,
+                    None => (ModelWork::None, None),
                 };
                 let mut client = self.store.client().await?;
                 let tx = TenantTx::begin(&mut client, tenant_id).await?;
-                let mut affected = stage.run(&tx, now, &rules).await?;
-                for (pair, verdict) in &verdicts {
-                    let status = match verdict {
-                        Verdict::Contradiction => "contradiction",
-                        Verdict::Compatible => "compatible",
-                    };
-                    let settled = consolidation::decide_contradiction_candidate(
-                        &tx, pair, status, "llm", now,
-                    )
-                    .await?;
-                    if settled > 0 && *verdict == Verdict::Contradiction {
-                        apply_contradiction(&tx, pair, "contradiction_adjudication").await?;
-                    }
-                    affected += settled;
-                }
+                let affected =
+                    stage.run(&tx, now, &rules).await? + apply_model_work(&tx, work, now).await?;
                 if !dry_run {
                     tx.commit().await?;
                 }

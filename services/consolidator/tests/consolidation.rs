@@ -81,6 +81,23 @@ fn axis(axis: usize) -> String {
     )
 }
 
+/// A unit vector at cosine `similarity` to [`axis`]`(first)`, leaning
+/// towards `second`.
+fn leaning(first: usize, second: usize, similarity: f64) -> String {
+    let rest = (1.0 - similarity * similarity).sqrt();
+    let values: Vec<String> = (0..384)
+        .map(|d| match d {
+            d if d == first => similarity.to_string(),
+            d if d == second => rest.to_string(),
+            _ => "0".to_owned(),
+        })
+        .collect();
+    format!(
+        "embedding = '[{}]'::vector, embedding_model = 'test'",
+        values.join(",")
+    )
+}
+
 impl Harness {
     /// Stores `content` in `tenant` under `topic` and sets `assignments`.
     async fn statement(
@@ -780,6 +797,16 @@ async fn start_judge_with(judge: Judge) -> (Arc<Judge>, String) {
             return Err(StatusCode::SERVICE_UNAVAILABLE);
         }
         let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+        let instructions = body["messages"][0]["content"].as_str().unwrap_or_default();
+        if instructions.contains("replaces the first") {
+            let verdict = if prompt.contains("moved") {
+                "supersedes"
+            } else {
+                "independent"
+            };
+            return Ok(Json(json!({"choices": [{"message": {"role": "assistant",
+                "content": format!("{{\"verdict\": \"{verdict}\"}}")}}]})));
+        }
         if judge.vague {
             return Ok(Json(json!({"choices": [{"message": {"role": "assistant",
                 "content": "Hard to say without more context."}}]})));
@@ -1154,4 +1181,91 @@ async fn pairs_the_model_cannot_judge_are_parked_after_three_tries() {
         .await,
         2
     );
+}
+
+#[tokio::test]
+async fn a_language_model_decides_which_related_memories_replace_older_ones() {
+    let h = harness().await;
+    let settled = |days: i64| {
+        format!(
+            "importance = 0.6, last_decay_at = NOW, created_at = {}",
+            days_ago(days)
+        )
+    };
+    let old_time = h
+        .statement(
+            &h.tenant,
+            "The team standup is at 09:30 in room 4.",
+            "office",
+            &format!("{}, {}", axis(20), settled(3)),
+        )
+        .await;
+    let new_time = h
+        .statement(
+            &h.tenant,
+            "The standup moved to 10:00 in room 2.",
+            "office",
+            &format!("{}, {}", leaning(20, 21, 0.9), settled(2)),
+        )
+        .await;
+    let rack = h
+        .statement(
+            &h.tenant,
+            "The office has a bike rack by the door.",
+            "facilities",
+            &format!("{}, {}", axis(22), settled(3)),
+        )
+        .await;
+    let espresso = h
+        .statement(
+            &h.tenant,
+            "The office kitchen has an espresso machine.",
+            "facilities",
+            &format!("{}, {}", leaning(22, 23, 0.9), settled(2)),
+        )
+        .await;
+    let (judge, url) = start_judge(false).await;
+    let consolidator = h.consolidator(with_llm(url));
+    let calls = || judge.calls.load(std::sync::atomic::Ordering::SeqCst);
+
+    let dry = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", true, |_| {})
+        .await
+        .unwrap();
+    let review = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "supersession_review")
+            .unwrap()
+            .affected
+    };
+    assert_eq!(review(&dry), 1, "{:?}", dry.stages);
+    assert!(
+        h.has(old_time, "valid_to IS NULL").await,
+        "a dry run supersedes nothing"
+    );
+
+    let run = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(review(&run), 1, "{:?}", run.stages);
+    assert!(
+        h.has(old_time, "valid_to IS NOT NULL").await,
+        "the old time is replaced"
+    );
+    assert_eq!(
+        h.count(&h.tenant, "fragment_links",
+            &format!("from_id = '{old_time}' AND to_id = '{new_time}' AND relation_type = 'superseded_by'")).await,
+        1
+    );
+    assert!(h.has(rack, "valid_to IS NULL").await && h.has(espresso, "valid_to IS NULL").await);
+    // Two questions per run (the dry run asked too); then every fragment is
+    // reviewed and nothing is asked again.
+    assert_eq!(calls(), 4);
+    consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(calls(), 4);
 }

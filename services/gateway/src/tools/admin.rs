@@ -23,8 +23,8 @@ pub(crate) struct ConsolidateArgs {
 pub(crate) struct StageOutcome {
     /// `ttl_transition`, `decay`, `feedback_calibration`, `dedup`,
     /// `expired_delete`, `reflection_purge`, `utility`, `anchor_promotion`,
-    /// `contradiction_detection`, `contradiction_adjudication` or
-    /// `search_events_gc`.
+    /// `contradiction_detection`, `contradiction_adjudication`,
+    /// `supersession_review` or `search_events_gc`.
     pub stage: String,
     /// Memories (or events) changed, or in a dry run that would change.
     pub affected: u64,
@@ -56,8 +56,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
          run: TTL tiers, importance and activation decay, feedback calibration, merging of \
          near-duplicates, garbage \
          collection of forgettable memories and old reflections, utility scores, anchor \
-         promotion, contradiction detection and (with a language model configured) \
-         adjudication, old search events. Administrators only. Use `dryRun: true` to \
+         promotion, contradiction detection, and (with a language model configured) \
+         contradiction adjudication and supersession review, old search events. Administrators only. Use `dryRun: true` to \
          see what would change. Sends a progress notification per stage when the request carries \
          a progress token.",
         consolidate,

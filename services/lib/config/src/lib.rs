@@ -204,6 +204,9 @@ pub struct ConsolidationConfig {
     pub contradiction_ambiguous_similarity: f32,
     pub contradiction_per_run: i64,
     pub contradiction_adjudications_per_run: i64,
+    pub supersession_min_similarity: f32,
+    pub supersession_max_similarity: f32,
+    pub supersession_per_run: i64,
     pub dedup_similarity: f32,
     pub dedup_min_overlap: f64,
     pub dedup_per_run: i64,
@@ -815,6 +818,10 @@ impl Config {
             )
             .unwrap_or(i64::MAX),
             llm: Vec::new(),
+            supersession_min_similarity: r.value(settings::SUPERSESSION_MIN_SIMILARITY),
+            supersession_max_similarity: r.value(settings::SUPERSESSION_MAX_SIMILARITY),
+            supersession_per_run: i64::try_from(r.positive(settings::SUPERSESSION_PER_RUN))
+                .unwrap_or(i64::MAX),
             llm_tenant_daily_tokens: i64::try_from(
                 r.value::<u64>(settings::LLM_TENANT_DAILY_TOKENS),
             )
@@ -823,6 +830,17 @@ impl Config {
             dedup_min_overlap: r.value(settings::DEDUP_MIN_OVERLAP),
             dedup_per_run: i64::try_from(r.positive(settings::DEDUP_PER_RUN)).unwrap_or(i64::MAX),
         };
+        if !(-1.0 <= consolidation.supersession_min_similarity
+            && consolidation.supersession_min_similarity
+                < consolidation.supersession_max_similarity
+            && consolidation.supersession_max_similarity <= 1.01)
+        {
+            r.problem(format!(
+                "the supersession band needs -1 <= {} < {} <= 1",
+                settings::SUPERSESSION_MIN_SIMILARITY.name,
+                settings::SUPERSESSION_MAX_SIMILARITY.name
+            ));
+        }
         if !(-1.0..=1.0).contains(&consolidation.dedup_similarity)
             || !(0.0..=1.0).contains(&consolidation.dedup_min_overlap)
         {

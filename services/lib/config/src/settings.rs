@@ -225,7 +225,7 @@ settings! {
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),
-            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, de-duplication, garbage collection, reflection purge, utility, anchor promotion, contradiction detection and adjudication, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
+            "Run the scheduled maintenance stages (TTL tiers, decay, feedback calibration, de-duplication, garbage collection, reflection purge, utility, anchor promotion, contradiction detection and adjudication, supersession review, search-event cleanup; see docs/OPERATIONS.md) in the consolidator. Each tenant is consolidated by one consolidator at a time, whatever the number of pods.";
         CONSOLIDATION_INTERVAL_SECS = "MNEME_CONSOLIDATION_INTERVAL_SECS", Some("21600"),
             "Seconds between two consolidations of a tenant.";
         CONSOLIDATION_POLL_SECS = "MNEME_CONSOLIDATION_POLL_SECS", Some("60"),
@@ -280,6 +280,12 @@ settings! {
             "Consecutive failed chat calls after which a provider is skipped for `MNEME_LLM_BREAKER_COOLDOWN_SECS`; with every provider paused the work waits for a later run.";
         LLM_BREAKER_COOLDOWN_SECS = "MNEME_LLM_BREAKER_COOLDOWN_SECS", Some("300"),
             "How long the language model is left alone after repeated failures.";
+        SUPERSESSION_MIN_SIMILARITY = "MNEME_SUPERSESSION_MIN_SIMILARITY", Some("0.85"),
+            "With a language model, each new fragment is compared with similar older fragments of its key, topic and type from this cosine similarity up to `MNEME_SUPERSESSION_MAX_SIMILARITY`; those the model finds replaced (a new value, a changed decision) are superseded. Calibrated for multilingual-e5-small (the reference's 0.7-0.85 band holds mostly unrelated sentences there).";
+        SUPERSESSION_MAX_SIMILARITY = "MNEME_SUPERSESSION_MAX_SIMILARITY", Some("0.95"),
+            "Upper end (exclusive) of the supersession review's similarity band; closer pairs are de-duplication's.";
+        SUPERSESSION_PER_RUN = "MNEME_SUPERSESSION_PER_RUN", Some("10"),
+            "New fragments the supersession review looks at per consolidation of a tenant (each with up to three older ones).";
         CONTRADICTION_ADJUDICATIONS_PER_RUN = "MNEME_CONTRADICTION_ADJUDICATIONS_PER_RUN", Some("10"),
             "Pending contradiction candidates the language model judges per consolidation of a tenant.";
     }

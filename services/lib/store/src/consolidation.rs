@@ -675,3 +675,82 @@ pub async fn contradiction_attempt_failed(
         .await?;
     Ok(row.is_some_and(|row| row.get(0)))
 }
+
+/// Up to `per_run` embedded, valid fragments not yet reviewed for
+/// supersession (all returned, so those without candidates get marked
+/// too), and their pairs with the three most similar older valid
+/// fragments of the same key, topic and type whose similarity lies in
+/// `[min, max)`: related enough that one may update the other, not so
+/// close that it is a duplicate. Read only; see
+/// [`mark_supersession_reviewed`].
+pub async fn supersession_candidates(
+    tx: &TenantTx<'_>,
+    per_run: i64,
+    min: f32,
+    max: f32,
+) -> Result<(Vec<Uuid>, Vec<SimilarPair>)> {
+    let batch: Vec<Uuid> = tx
+        .query(
+            "SELECT id FROM mneme.fragments
+              WHERE tenant_id = $1 AND supersession_checked_at IS NULL
+                AND valid_to IS NULL AND embedding IS NOT NULL
+              ORDER BY created_at, id LIMIT $2",
+            &[&tx.tenant_id(), &per_run],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    if batch.is_empty() {
+        return Ok((batch, Vec::new()));
+    }
+    let rows = tx
+        .query(
+            "SELECT b.key_id, b.id, b.content, o.id, o.content, o.similarity
+               FROM mneme.fragments b
+               CROSS JOIN LATERAL (
+                    SELECT o.id, o.content, (1 - (o.embedding <=> b.embedding))::real AS similarity
+                      FROM mneme.fragments o
+                     WHERE o.tenant_id = $1 AND o.key_id = b.key_id AND o.topic = b.topic
+                       AND o.type = b.type AND o.valid_to IS NULL AND o.embedding IS NOT NULL
+                       AND o.id <> b.id AND (o.created_at, o.id) < (b.created_at, b.id)
+                     ORDER BY 1 - (o.embedding <=> b.embedding) DESC, o.id
+                     LIMIT 3) o
+              WHERE b.tenant_id = $1 AND b.id = ANY($2)
+                AND o.similarity >= $3 AND o.similarity < $4
+              ORDER BY b.created_at, b.id, o.similarity DESC",
+            &[&tx.tenant_id(), &batch, &min, &max],
+        )
+        .await?;
+    let pairs = rows
+        .iter()
+        .map(|row| SimilarPair {
+            key_id: row.get(0),
+            newer_id: row.get(1),
+            newer: row.get(2),
+            older_id: row.get(3),
+            older: row.get(4),
+            similarity: row.get(5),
+        })
+        .collect();
+    Ok((batch, pairs))
+}
+
+/// Marks fragments reviewed for supersession, so they are not asked about
+/// again.
+pub async fn mark_supersession_reviewed(
+    tx: &TenantTx<'_>,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments SET supersession_checked_at = $3
+              WHERE tenant_id = $1 AND id = ANY($2)",
+            &[&tx.tenant_id(), &ids, &now],
+        )
+        .await?)
+}
