@@ -99,7 +99,19 @@ async fn an_administrator_consolidates_now_and_a_dry_run_changes_nothing() {
         "a dry run deletes nothing"
     );
 
+    let before = mcp.ok("memory_stats", json!({})).await;
+    assert!(before.get("lastConsolidatedAt").is_none(), "{before:#}");
     let run = mcp.ok("memory_consolidate", json!({})).await;
+    let after = mcp.ok("memory_stats", json!({})).await;
+    assert!(after["lastConsolidatedAt"].is_string(), "{after:#}");
+    assert_eq!(
+        (
+            &after["embeddingParked"],
+            &after["contradictionsPending"],
+            &after["contradictions"]
+        ),
+        (&json!(0), &json!(0), &json!(0))
+    );
     assert_eq!(affected(&run, "expired_delete"), 1, "{run:#}");
     assert_eq!(count(format!("id = '{stale}'")).await, 0);
     assert_eq!(count(format!("id = '{keep}'")).await, 1);

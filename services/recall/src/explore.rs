@@ -108,6 +108,10 @@ impl RecallServer {
             sufficient_rate_7d: s.sufficient_rate_7d,
             cases: unsigned(s.cases),
             total_tokens: unsigned(s.total_tokens),
+            embedding_parked: unsigned(s.embedding_parked),
+            contradictions_pending: unsigned(s.contradictions_pending),
+            contradictions: unsigned(s.contradictions),
+            last_consolidated_unix_ms: s.last_consolidated.map(|at| at.timestamp_millis()),
         })
     }
 

@@ -34,6 +34,17 @@ pub(crate) struct StatsResult {
     pub embedded: u64,
     /// Memories still waiting for their embedding.
     pub awaiting_embedding: u64,
+    /// Memories the embedding provider rejected repeatedly; still found by
+    /// their words.
+    pub embedding_parked: u64,
+    /// Pairs of memories waiting for a model to judge whether they
+    /// contradict each other.
+    pub contradictions_pending: u64,
+    /// Pairs found contradictory (linked with `contradicts`).
+    pub contradictions: u64,
+    /// When maintenance last ran over this tenant's memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_consolidated_at: Option<chrono::DateTime<chrono::Utc>>,
     pub average_importance: f64,
     pub topics: u64,
     pub by_type: BTreeMap<String, u64>,
@@ -312,6 +323,12 @@ async fn stats(context: ToolContext, args: StatsArgs) -> Result<StatsResult, Err
         superseded: s.superseded,
         embedded: s.embedded,
         awaiting_embedding: s.awaiting_embedding,
+        embedding_parked: s.embedding_parked,
+        contradictions_pending: s.contradictions_pending,
+        contradictions: s.contradictions,
+        last_consolidated_at: s
+            .last_consolidated_unix_ms
+            .and_then(chrono::DateTime::from_timestamp_millis),
         average_importance: s.average_importance,
         topics: s.topics,
         by_type: unsigned_map(s.by_type),

@@ -27,6 +27,11 @@ pub struct Stats {
     pub feedback_7d: i64,
     pub relevant_rate_7d: f64,
     pub sufficient_rate_7d: f64,
+    pub embedding_parked: i64,
+    pub contradictions_pending: i64,
+    pub contradictions: i64,
+    /// The tenant's last finished consolidation (tenant-wide, not per key).
+    pub last_consolidated: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 fn pairs(rows: &[tokio_postgres::Row]) -> Vec<(String, i64)> {
@@ -45,11 +50,12 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
                         count(*) FILTER (WHERE valid_to IS NULL AND is_anchor),
                         count(*) FILTER (WHERE valid_to IS NOT NULL),
                         count(*) FILTER (WHERE valid_to IS NULL AND embedding IS NOT NULL),
-                        count(*) FILTER (WHERE embedding IS NULL),
+                        count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NULL),
                         COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::float8,
                         count(DISTINCT topic) FILTER (WHERE valid_to IS NULL),
                         count(DISTINCT case_id) FILTER (WHERE valid_to IS NULL),
-                        COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8
+                        COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8,
+                        count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NOT NULL)
                    FROM mneme.fragments WHERE {scope}"
             ),
             &params,
@@ -95,6 +101,23 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
             &[&tenant, &key_ids],
         )
         .await?;
+    let contradictions = tx
+        .query_one(
+            "SELECT count(*) FILTER (WHERE c.status = 'pending'),
+                    count(*) FILTER (WHERE c.status = 'contradiction')
+               FROM mneme.contradiction_candidates c
+               JOIN mneme.fragments f ON f.tenant_id = c.tenant_id AND f.id = c.newer_id
+              WHERE c.tenant_id = $1 AND f.key_id = ANY($2)",
+            &[&tenant, &key_ids],
+        )
+        .await?;
+    let last_consolidated = tx
+        .query_opt(
+            "SELECT last_finished_at FROM mneme.consolidation_state WHERE tenant_id = $1",
+            &[&tenant],
+        )
+        .await?
+        .and_then(|row| row.get(0));
     Ok(Stats {
         total: totals.get(0),
         anchors: totals.get(1),
@@ -115,5 +138,9 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
         feedback_7d: feedback.get(0),
         relevant_rate_7d: feedback.get(1),
         sufficient_rate_7d: feedback.get(2),
+        embedding_parked: totals.get(9),
+        contradictions_pending: contradictions.get(0),
+        contradictions: contradictions.get(1),
+        last_consolidated,
     })
 }
