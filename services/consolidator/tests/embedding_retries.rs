@@ -13,7 +13,7 @@ use mneme_embed::{EmbedError, Embedder, TextKind};
 use mneme_proto::v1::RememberRequest;
 use mneme_remember::RememberServer;
 use mneme_store::{TenantTx, fragments};
-use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
 use tokio_util::sync::CancellationToken;
 
 /// Rejects any text containing "POISON" unless `cured`.
@@ -38,15 +38,32 @@ impl Embedder for Picky {
     }
 }
 
-#[tokio::test]
-async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue() {
+struct Setup {
+    db: TestDatabase,
+    _redis: TestRedis,
+    store: mneme_store::Store,
+    tenant: TestTenant,
+    remember: RememberServer,
+}
+
+async fn setup() -> Setup {
     let db = TestDatabase::create().await;
     let redis = TestRedis::new();
     let store = db.store();
     let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
     let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
     let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
-    let principal = mneme_core::Principal {
+    Setup {
+        db,
+        _redis: redis,
+        store,
+        tenant,
+        remember,
+    }
+}
+
+fn principal_of(tenant: &TestTenant) -> mneme_core::Principal {
+    mneme_core::Principal {
         tenant_id: tenant.tenant_id,
         key_id: tenant.key_id,
         group_key_ids: vec![],
@@ -56,7 +73,19 @@ async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue()
         mode: None,
         session_id: None,
         agent_id: "default".into(),
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue() {
+    let Setup {
+        db,
+        _redis,
+        store,
+        tenant,
+        remember,
+    } = setup().await;
+    let principal = principal_of(&tenant);
     for content in [
         "The deploy runs at noon every weekday.",
         "This POISON fragment upsets the provider every time.",
@@ -120,23 +149,14 @@ async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue()
 
 #[tokio::test]
 async fn a_rejected_fragment_waits_for_its_backoff() {
-    let db = TestDatabase::create().await;
-    let redis = TestRedis::new();
-    let store = db.store();
-    let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
-    let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-    let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
-    let principal = mneme_core::Principal {
-        tenant_id: tenant.tenant_id,
-        key_id: tenant.key_id,
-        group_key_ids: vec![],
-        user_id: None,
-        permissions: ALL_PERMISSIONS.to_vec(),
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: "default".into(),
-    };
+    let Setup {
+        db,
+        _redis,
+        store,
+        tenant,
+        remember,
+    } = setup().await;
+    let principal = principal_of(&tenant);
     remember
         .remember(
             &principal,
