@@ -5,7 +5,7 @@
 //! need no extra listener: the remember service is already the write path
 //! the gateway reaches.
 
-use mneme_consolidator::{Consolidator, STAGES};
+use mneme_consolidator::STAGES;
 use mneme_core::{Error, ErrorCode, Permission, Principal, Result};
 use mneme_proto::v1::{
     ConsolidateProgress, ConsolidateRequest, ConsolidateResult, ConsolidationStage,
@@ -34,10 +34,10 @@ impl RememberServer {
         progress: impl Fn(ConsolidateProgress),
     ) -> Result<ConsolidateResult> {
         principal.require(Permission::Admin)?;
-        let consolidator = Consolidator::new(self.store.clone(), (*self.consolidation).clone());
         let total = u32::try_from(STAGES.len()).unwrap_or(u32::MAX);
         let done = std::sync::atomic::AtomicU32::new(0);
-        let run = consolidator
+        let run = self
+            .consolidator
             .run_now(principal.tenant_id, request.dry_run, |stage| {
                 let done = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 progress(ConsolidateProgress {

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use mneme_cache::Cache;
 use mneme_config::{Config, ConsolidationConfig, RememberConfig};
+use mneme_consolidator::Consolidator;
 use mneme_core::Permission;
 use mneme_core::text::Tokenizer;
 use mneme_proto::error::to_status;
@@ -53,17 +54,19 @@ pub struct RememberServer {
     store: Store,
     cache: Cache,
     settings: Arc<RememberConfig>,
-    consolidation: Arc<ConsolidationConfig>,
+    /// Runs on-demand consolidations; built once, so its language-model
+    /// clients and their breakers outlive a single call.
+    consolidator: Consolidator,
     tokenizer: Arc<Tokenizer>,
 }
 
 impl RememberServer {
     pub fn new(store: Store, cache: Cache, settings: RememberConfig) -> Self {
         Self {
-            store,
             cache,
             settings: Arc::new(settings),
-            consolidation: Arc::new(Config::defaults().consolidation),
+            consolidator: Consolidator::new(store.clone(), Config::defaults().consolidation),
+            store,
             tokenizer: Arc::new(Tokenizer::default()),
         }
     }
@@ -71,7 +74,7 @@ impl RememberServer {
     /// Runs on-demand consolidations with `settings` (default: the
     /// documented defaults).
     pub fn with_consolidation(mut self, settings: ConsolidationConfig) -> Self {
-        self.consolidation = Arc::new(settings);
+        self.consolidator = Consolidator::new(self.store.clone(), settings);
         self
     }
 }
