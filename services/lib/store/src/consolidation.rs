@@ -16,18 +16,37 @@ use crate::{Result, TenantTx};
 /// Takes the tenant's consolidation lease when a run is due: locks the
 /// tenant's state row without waiting (another pod holding it means "not
 /// mine") and, when the last run started more than `interval` before
-/// `now`, marks a new run as started. The lease lasts as long as `tx`:
-/// commit it with [`finish_lease`] after the run.
+/// `now`, marks a new run as started. A tenant that is plainly not due is
+/// answered from a plain read, so polls lock (and dirty) nothing. The lease
+/// lasts as long as `tx`: commit it with [`finish_lease`] after the run.
 pub async fn try_lease(
     tx: &TenantTx<'_>,
     now: DateTime<Utc>,
     interval: std::time::Duration,
 ) -> Result<bool> {
-    tx.execute(
-        "INSERT INTO mneme.consolidation_state (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING",
-        &[&tx.tenant_id()],
-    )
-    .await?;
+    let interval = chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
+    let due = |last: Option<DateTime<Utc>>| last.is_none_or(|last| now - last >= interval);
+    let last: Option<Option<DateTime<Utc>>> = tx
+        .query_opt(
+            "SELECT last_started_at FROM mneme.consolidation_state WHERE tenant_id = $1",
+            &[&tx.tenant_id()],
+        )
+        .await?
+        .map(|row| row.get(0));
+    match last {
+        Some(last) if !due(last) => return Ok(false),
+        Some(_) => {}
+        None => {
+            tx.execute(
+                "INSERT INTO mneme.consolidation_state (tenant_id) VALUES ($1)
+                 ON CONFLICT DO NOTHING",
+                &[&tx.tenant_id()],
+            )
+            .await?;
+        }
+    }
+    // Due: take the lock, then check again (another pod may have run it
+    // between the read and the lock).
     let Some(row) = tx
         .query_opt(
             "SELECT last_started_at FROM mneme.consolidation_state
@@ -38,9 +57,7 @@ pub async fn try_lease(
     else {
         return Ok(false);
     };
-    let last: Option<DateTime<Utc>> = row.get(0);
-    let interval = chrono::Duration::from_std(interval).unwrap_or(chrono::Duration::MAX);
-    if last.is_some_and(|last| now - last < interval) {
+    if !due(row.get(0)) {
         return Ok(false);
     }
     tx.execute(
