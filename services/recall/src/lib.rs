@@ -244,7 +244,7 @@ impl RecallServer {
             .filter_map(|f| f.id.parse().ok())
             .collect();
         self.after_recall(principal.tenant_id, returned, query.session_id.is_some());
-        if self.settings.spreading_activation && !query.context_keywords.is_empty() {
+        if !query.context_keywords.is_empty() {
             self.spread_activation(spread::Spread {
                 tenant_id: principal.tenant_id,
                 key_id: principal.key_id,

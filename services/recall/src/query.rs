@@ -71,7 +71,8 @@ pub(crate) struct Query {
     pub(crate) case_mode: bool,
     pub(crate) max_cases: usize,
     pub(crate) exclude_seen: bool,
-    /// Keywords of the request's `contextText`, for spreading activation.
+    /// Keywords of the request's `contextText` when spreading activation is
+    /// on (empty otherwise).
     pub(crate) context_keywords: Vec<String>,
     /// Names of the filters used (for search events).
     pub(crate) filter_keys: Vec<String>,
@@ -231,9 +232,11 @@ impl Query {
                 request.link_relation_types.clone()
             },
             include_context: request.include_context,
+            // Only spreading activation reads them.
             context_keywords: request
                 .context_text
                 .as_deref()
+                .filter(|_| settings.spreading_activation)
                 .map(|context| tokenizer.extract_keywords(context, CONTEXT_KEYWORDS))
                 .unwrap_or_default(),
             case_mode: request.case_mode,
