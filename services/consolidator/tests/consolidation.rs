@@ -49,20 +49,6 @@ async fn harness() -> Harness {
     }
 }
 
-fn principal(tenant: &TestTenant) -> mneme_core::Principal {
-    mneme_core::Principal {
-        tenant_id: tenant.tenant_id,
-        key_id: tenant.key_id,
-        group_key_ids: vec![],
-        user_id: None,
-        permissions: ALL_PERMISSIONS.to_vec(),
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: "default".into(),
-    }
-}
-
 /// A fixed "now" far enough from the real clock that every age below is
 /// set explicitly.
 fn now() -> DateTime<Utc> {
@@ -110,7 +96,7 @@ impl Harness {
         let id: Uuid = self
             .remember
             .remember(
-                &principal(tenant),
+                &tenant.principal(),
                 RememberRequest {
                     content: content.into(),
                     topic: topic.into(),
@@ -141,7 +127,7 @@ impl Harness {
         let id: Uuid = self
             .remember
             .remember(
-                &principal(tenant),
+                &tenant.principal(),
                 RememberRequest {
                     content: format!("Fragment {} about {kind} things.", Uuid::now_v7()),
                     topic: "ops".into(),
@@ -1007,7 +993,7 @@ async fn near_duplicates_are_merged_into_the_newer_but_similar_different_stateme
         .await;
     h.remember
         .link(
-            &principal(&h.tenant),
+            &h.tenant.principal(),
             mneme_proto::v1::LinkRequest {
                 from_id: older.to_string(),
                 to_id: linked.to_string(),

@@ -62,20 +62,6 @@ async fn setup() -> Setup {
     }
 }
 
-fn principal_of(tenant: &TestTenant) -> mneme_core::Principal {
-    mneme_core::Principal {
-        tenant_id: tenant.tenant_id,
-        key_id: tenant.key_id,
-        group_key_ids: vec![],
-        user_id: None,
-        permissions: ALL_PERMISSIONS.to_vec(),
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: "default".into(),
-    }
-}
-
 #[tokio::test]
 async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue() {
     let Setup {
@@ -85,7 +71,7 @@ async fn a_rejected_fragment_is_retried_then_parked_and_never_blocks_the_queue()
         tenant,
         remember,
     } = setup().await;
-    let principal = principal_of(&tenant);
+    let principal = tenant.principal();
     for content in [
         "The deploy runs at noon every weekday.",
         "This POISON fragment upsets the provider every time.",
@@ -156,7 +142,7 @@ async fn a_rejected_fragment_waits_for_its_backoff() {
         tenant,
         remember,
     } = setup().await;
-    let principal = principal_of(&tenant);
+    let principal = tenant.principal();
     remember
         .remember(
             &principal,

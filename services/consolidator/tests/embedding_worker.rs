@@ -9,25 +9,11 @@ use mneme_cache::Cache;
 use mneme_config::Config;
 use mneme_proto::v1::RememberRequest;
 use mneme_remember::RememberServer;
-use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
 use tokio::process::{Child, Command};
 use uuid::Uuid;
 
 const FRAGMENTS: usize = 1000;
-
-fn principal(tenant: &TestTenant) -> mneme_core::Principal {
-    mneme_core::Principal {
-        tenant_id: tenant.tenant_id,
-        key_id: tenant.key_id,
-        group_key_ids: vec![],
-        user_id: None,
-        permissions: ALL_PERMISSIONS.to_vec(),
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: "default".into(),
-    }
-}
 
 fn spawn_worker(db: &TestDatabase, redis: &TestRedis) -> Child {
     Command::new(env!("CARGO_BIN_EXE_mneme-consolidator"))
@@ -89,7 +75,7 @@ async fn a_worker_killed_mid_batch_loses_nothing() {
     let tenant = create_tenant(&store, "bulk", ALL_PERMISSIONS).await;
     let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
     let remember = RememberServer::new(store.clone(), cache, Config::defaults().remember);
-    let caller = principal(&tenant);
+    let caller = tenant.principal();
     for i in 0..FRAGMENTS {
         remember
             .remember(

@@ -38,17 +38,7 @@ async fn start() -> Harness {
     settings.symbolic.explain = true;
     settings.symbolic.cbr_filter = true;
     Harness {
-        principal: Principal {
-            tenant_id: tenant.tenant_id,
-            key_id: tenant.key_id,
-            group_key_ids: vec![],
-            user_id: None,
-            permissions: ALL_PERMISSIONS.to_vec(),
-            workspace: None,
-            mode: None,
-            session_id: None,
-            agent_id: "default".into(),
-        },
+        principal: tenant.principal(),
         remember: RememberServer::new(store.clone(), cache.clone(), Config::defaults().remember),
         plain,
         symbolic: RecallServer::new(store, cache, embedder, settings),

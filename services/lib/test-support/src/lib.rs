@@ -248,6 +248,25 @@ pub struct TestTenant {
     pub api_key: String,
 }
 
+impl TestTenant {
+    /// The tenant's key as an in-process caller with read and write, agent
+    /// `default`, no workspace, mode or session (what service-level tests
+    /// call the services as).
+    pub fn principal(&self) -> mneme_core::Principal {
+        mneme_core::Principal {
+            tenant_id: self.tenant_id,
+            key_id: self.key_id,
+            group_key_ids: vec![],
+            user_id: None,
+            permissions: ALL_PERMISSIONS.to_vec(),
+            workspace: None,
+            mode: None,
+            session_id: None,
+            agent_id: "default".into(),
+        }
+    }
+}
+
 /// Creates a tenant named `name` with one key holding `permissions`.
 pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]) -> TestTenant {
     let client = store.client().await.expect("database connection");

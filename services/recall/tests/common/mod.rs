@@ -85,17 +85,7 @@ impl Harness {
     }
 
     pub(crate) fn principal(&self) -> Principal {
-        Principal {
-            tenant_id: self.tenant.tenant_id,
-            key_id: self.tenant.key_id,
-            group_key_ids: vec![],
-            user_id: None,
-            permissions: ALL_PERMISSIONS.to_vec(),
-            workspace: None,
-            mode: None,
-            session_id: None,
-            agent_id: "default".into(),
-        }
+        self.tenant.principal()
     }
 
     pub(crate) async fn store(
