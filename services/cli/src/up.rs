@@ -121,7 +121,7 @@ pub async fn up(
     )?;
     let gateway_stop = stop.clone().cancelled_owned();
     tasks.spawn(async move {
-        let app = App::new(store, backends, &config);
+        let app = App::new(store, cache, backends, &config, token.expose());
         let result = mneme_gateway::serve(app, &config, listeners.http, gateway_stop).await;
         ("gateway", result)
     });

@@ -6,7 +6,9 @@ Usage: sdk_client.py <mcp url> <api key>
 - "legacy": the initialize handshake with sessions (what claude.ai and
   ChatGPT use today);
 - "auto": the SDK probes `server/discover` (2026-07-28, stateless) and falls
-  back to the handshake.
+  back to the handshake;
+- "sse": the legacy HTTP+SSE transport (`/sse` and `/message`), for clients
+  that predate Streamable HTTP.
 
 Exits non-zero with a message on the first deviation; prints one line per
 mode on success.
@@ -19,6 +21,7 @@ import uuid
 
 import httpx2
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -30,9 +33,17 @@ def structured(result):
     return result.structured_content
 
 
+def connect(url, key, mode):
+    headers = {"Authorization": f"Bearer {key}"}
+    if mode == "sse":
+        sse_url = url.removesuffix("/mcp") + "/sse"
+        return Client(sse_client(sse_url, headers=headers, timeout=30), mode="legacy")
+    http = httpx2.AsyncClient(headers=headers, timeout=30)
+    return Client(streamable_http_client(url, http_client=http), mode=mode)
+
+
 async def exercise(url, key, mode):
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+    async with connect(url, key, mode) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert {"remember", "recall", "forget"} <= set(tools), sorted(tools)
         assert tools["recall"].annotations.read_only_hint is True
@@ -59,7 +70,7 @@ async def exercise(url, key, mode):
 
 async def main():
     url, key = sys.argv[1], sys.argv[2]
-    for mode in ("legacy", "auto"):
+    for mode in ("legacy", "auto", "sse"):
         version = await exercise(url, key, mode)
         print(f"{mode}: ok (protocol {version})")
 

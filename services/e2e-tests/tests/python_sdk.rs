@@ -1,6 +1,6 @@
 //! Interoperability with an independent client: the official MCP Python SDK
 //! (`mcp` from PyPI) drives remember → recall → forget in both protocol eras
-//! (`python/sdk_client.py`).
+//! and over the legacy HTTP+SSE transport (`python/sdk_client.py`).
 
 use mneme_e2e_tests::Stack;
 use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
@@ -27,7 +27,9 @@ async fn the_official_python_sdk_works_in_both_protocol_eras() {
         "the Python SDK client failed:\n{stdout}\n{stderr}"
     );
     assert!(
-        stdout.contains("legacy: ok") && stdout.contains("auto: ok"),
+        ["legacy: ok", "auto: ok", "sse: ok"]
+            .iter()
+            .all(|mode| stdout.contains(mode)),
         "{stdout}"
     );
     println!("{stdout}");

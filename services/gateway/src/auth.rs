@@ -20,10 +20,11 @@ use mneme_store::{Store, StoreError};
 
 use crate::App;
 use crate::error::ApiError;
+use crate::limits::KeyLimits;
 use crate::tools::Mode;
 
 /// Restricts a session to a set of tools (see [`Mode`]).
-const MODE_HEADER: &str = "x-mneme-mode";
+pub(crate) const MODE_HEADER: &str = "x-mneme-mode";
 
 /// Resolves API keys, remembering verified ones for a short while so a busy
 /// session does not cost a database round trip per request.
@@ -56,13 +57,19 @@ impl KeyResolver {
         Self { store, cache }
     }
 
+    /// The key, when it was verified recently on this pod.
+    fn cached(&self, raw: &str) -> Option<Arc<Authenticated>> {
+        let digest = mneme_core::api_key::hash(raw);
+        self.cache.as_ref().and_then(|c| c.get(&digest))
+    }
+
     /// The verified key, or `None` for any credential that must not pass.
     /// Only successes are cached, so a wrong key costs a lookup every time.
     async fn resolve(&self, raw: &str) -> Result<Option<Arc<Authenticated>>, StoreError> {
-        let digest = mneme_core::api_key::hash(raw);
-        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(&digest)) {
+        if let Some(hit) = self.cached(raw) {
             return Ok(Some(hit));
         }
+        let digest = mneme_core::api_key::hash(raw);
         let mut client = self.store.client().await?;
         let Some(found) = api_keys::authenticate(&mut client, raw).await? else {
             return Ok(None);
@@ -108,6 +115,18 @@ fn unauthorized(message: &str) -> Response {
     response
 }
 
+/// 401, counted against the client's address.
+async fn failed(app: &App, client_ip: Option<std::net::IpAddr>, message: &str) -> Response {
+    if let Some(ip) = client_ip {
+        app.limiter.record_failed_auth(ip).await;
+    }
+    crate::metrics::METRICS
+        .rejected
+        .with_label_values(&["unauthenticated"])
+        .inc();
+    unauthorized(message)
+}
+
 /// Middleware: resolves the caller or answers 401.
 pub(crate) async fn require_principal(
     State(app): State<App>,
@@ -120,13 +139,33 @@ pub(crate) async fn require_principal(
         ))
         .into_response();
     }
+    let client_ip = app.limiter.client_ip(&request);
+    let cached = bearer(&request).and_then(|token| app.keys.cached(token));
+    // Credentials this pod has not verified lately cost a database lookup:
+    // an address that keeps failing is refused before that.
+    if cached.is_none()
+        && let Some(ip) = client_ip
+        && let Some(refusal) = app.limiter.check_ip(ip).await
+    {
+        return refusal;
+    }
     let Some(token) = bearer(&request) else {
-        return unauthorized("missing bearer credentials: send `Authorization: Bearer <API key>`");
+        return failed(
+            &app,
+            client_ip,
+            "missing bearer credentials: send `Authorization: Bearer <API key>`",
+        )
+        .await;
     };
-    let found = match app.keys.resolve(token).await {
-        Ok(Some(found)) => found,
-        Ok(None) => return unauthorized("invalid, revoked or expired API key"),
-        Err(error) => return ApiError(error.into()).into_response(),
+    let found = match cached {
+        Some(found) => found,
+        None => match app.keys.resolve(token).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return failed(&app, client_ip, "invalid, revoked or expired API key").await;
+            }
+            Err(error) => return ApiError(error.into()).into_response(),
+        },
     };
     let key = &found.key;
     // The session's mode: the `X-Mneme-Mode` header, else the key's default.
@@ -154,6 +193,11 @@ pub(crate) async fn require_principal(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    request.extensions_mut().insert(KeyLimits {
+        tenant_rate_limit: found.tenant_rate_limit,
+        key_rate_limit: key.rate_limit,
+        daily_call_limit: key.daily_call_limit,
+    });
     request.extensions_mut().insert(Principal {
         tenant_id: key.tenant_id,
         key_id: key.id,

@@ -20,9 +20,15 @@ async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The gateway can serve: PostgreSQL answers and every backend reports
+/// The gateway can serve: it is not shutting down, PostgreSQL answers and every backend reports
 /// SERVING. Names what is missing, never why (no internal detail).
 async fn ready(State(app): State<App>) -> (StatusCode, Json<Value>) {
+    if !app.accepting.load(std::sync::atomic::Ordering::SeqCst) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        );
+    }
     let database = tokio::time::timeout(READY_TIMEOUT, app.store.ping())
         .await
         .is_ok_and(|r| r.is_ok());

@@ -16,8 +16,15 @@
 //! - `health`: `/health` (liveness) and `/ready` (dependencies).
 //! - `error`: HTTP error bodies for non-MCP routes.
 //!
+//! - `session`: MCP sessions shared by all pods (Redis), same-id recovery.
+//! - `limits`: rate limits and daily quotas (Redis, local fallback).
+//! - `jsonrpc`: the peek at each MCP message and the gateway's own
+//!   JSON-RPC refusals.
+//! - `metrics`: the gateway's Prometheus metrics.
+//!
 //! Middleware, outermost first: request id → trace → panic guard → body
-//! limit → (on `/mcp`) authentication.
+//! limit → authentication → (on `/mcp`) message peek → rate limits →
+//! session binding → rmcp.
 #![forbid(unsafe_code)]
 
 mod auth;
@@ -25,17 +32,26 @@ mod backends;
 mod catalog;
 mod error;
 mod health;
+mod jsonrpc;
+mod limits;
 mod mcp;
+mod metrics;
 mod rest;
+mod session;
+mod sse;
 mod tools;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::HeaderName;
 use axum::middleware;
 use axum::serve::ListenerExt;
+use mneme_cache::Cache;
 use mneme_config::Config;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_store::Store;
@@ -54,21 +70,53 @@ pub use tools::reference::tools_markdown;
 #[derive(Debug, Clone)]
 pub struct App {
     store: Store,
+    cache: Cache,
     keys: auth::KeyResolver,
     backends: Backends,
+    sessions: Arc<session::SessionLayer>,
+    limiter: Arc<limits::Limiter>,
+    sse: Arc<sse::SseStreams>,
+    /// Cancelled when the gateway shuts down: ends open streams.
+    shutdown: CancellationToken,
     /// The gateway's public base URL, for links in responses and documents.
     public_url: String,
     limits: catalog::PublicLimits,
+    /// False once shutdown began: `/ready` fails first, so load balancers
+    /// stop sending new requests while in-flight ones finish.
+    accepting: Arc<AtomicBool>,
 }
 
 impl App {
-    pub fn new(store: Store, backends: Backends, config: &Config) -> Self {
+    /// `internal_token` also keys the session ids, so every pod of one
+    /// deployment must share it.
+    pub fn new(
+        store: Store,
+        cache: Cache,
+        backends: Backends,
+        config: &Config,
+        internal_token: &str,
+    ) -> Self {
+        let gateway = &config.gateway;
         Self {
-            keys: auth::KeyResolver::new(store.clone(), config.gateway.auth_cache),
+            keys: auth::KeyResolver::new(store.clone(), gateway.auth_cache),
+            sessions: Arc::new(session::SessionLayer::new(
+                cache.clone(),
+                internal_token,
+                &gateway.sessions,
+            )),
+            limiter: Arc::new(limits::Limiter::new(
+                cache.clone(),
+                gateway.rate_limits.clone(),
+                gateway.trusted_proxy_hops,
+            )),
             store,
+            cache,
             backends,
-            public_url: config.gateway.public_url.clone(),
+            sse: Arc::default(),
+            shutdown: CancellationToken::new(),
+            public_url: gateway.public_url.clone(),
             limits: catalog::PublicLimits::from_config(config),
+            accepting: Arc::new(AtomicBool::new(true)),
         }
     }
 }
@@ -76,21 +124,30 @@ impl App {
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The gateway's router, with its middleware.
-pub fn router(
-    app: App,
-    config: &mneme_config::GatewayConfig,
-    shutdown: CancellationToken,
-) -> Router {
-    let authenticated = Router::new()
-        .nest_service(
-            "/mcp",
-            mcp::service(app.backends.clone(), app.limits.clone(), config, shutdown),
-        )
-        .merge(rest::routes())
+pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
+    let max_body = config.max_body_bytes;
+    let read_call = move |request, next| jsonrpc::read_call(request, next, max_body);
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp::service(&app, config, app.shutdown.clone()))
         .layer(middleware::from_fn_with_state(
             app.clone(),
-            auth::require_principal,
-        ));
+            session::bind_session,
+        ))
+        .layer(middleware::from_fn_with_state(app.clone(), limits::limit))
+        .layer(middleware::from_fn(read_call));
+    let sse = sse::routes()
+        .layer(middleware::from_fn_with_state(app.clone(), limits::limit))
+        .layer(middleware::from_fn(read_call));
+    let rest = rest::routes().layer(middleware::from_fn_with_state(app.clone(), limits::limit));
+    let authenticated =
+        Router::new()
+            .merge(mcp)
+            .merge(sse)
+            .merge(rest)
+            .layer(middleware::from_fn_with_state(
+                app.clone(),
+                auth::require_principal,
+            ));
     Router::new()
         .merge(health::routes())
         .merge(authenticated)
@@ -113,8 +170,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let stop = CancellationToken::new();
-    let router = router(app, &config.gateway, stop.clone());
+    let stop = app.shutdown.clone();
+    let router = router(app.clone(), &config.gateway);
     tracing::info!(addr = %listener.local_addr()?, mcp = %config.gateway.mcp_url(), "gateway listening");
     // Small responses must not wait on Nagle's algorithm.
     let listener = listener.tap_io(|tcp| {
@@ -122,14 +179,58 @@ pub async fn serve(
             tracing::debug!(%error, "TCP_NODELAY could not be set");
         }
     });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
+    let accepting = app.accepting.clone();
+    let grace = config.gateway.shutdown_grace;
+    let flusher = spawn_usage_flusher(&app, config.gateway.rate_limits.usage_flush, stop.clone());
+    let server = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown({
+        let stop = stop.clone();
+        async move {
             shutdown.await;
-            // Ends open MCP streams so the graceful shutdown can complete.
+            accepting.store(false, Ordering::SeqCst);
+            tracing::info!(grace_secs = grace.as_secs(), "gateway draining");
+            // Ends open MCP streams (clients reconnect after the SSE retry
+            // delay, to another pod) so the graceful shutdown can complete.
             stop.cancel();
-        })
-        .await?;
+        }
+    })
+    .into_future();
+    tokio::pin!(server);
+    let result = tokio::select! {
+        result = &mut server => result,
+        () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!("in-flight requests outlived the shutdown grace period");
+            Ok(())
+        }
+    };
+    // The last tallied tool calls reach `api_key_usage` before exit.
+    let _ = flusher.await;
+    app.limiter.flush_usage(&app.store).await;
+    result?;
     Ok(())
+}
+
+fn spawn_usage_flusher(
+    app: &App,
+    every: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let limiter = app.limiter.clone();
+    let store = app.store.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => limiter.flush_usage(&store).await,
+                () = stop.cancelled() => return,
+            }
+        }
+    })
 }
 
 /// Runs the gateway as its own process.
@@ -146,7 +247,8 @@ pub async fn run(
         PrincipalSigner::new(token.expose()),
         config.gateway.backend_timeout,
     )?;
-    let app = App::new(store, backends, &config);
+    let cache = Cache::from_config(&config.redis).await?;
+    let app = App::new(store, cache, backends, &config, token.expose());
     serve(app, &config, listener, shutdown).await
 }
 

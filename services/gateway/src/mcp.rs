@@ -13,12 +13,12 @@ use std::sync::Arc;
 use mneme_core::{Error, Principal};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, Implementation, ListPromptsResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backends::Backends;
 use crate::catalog::{self, PublicLimits};
+use crate::session::{NegotiatedVersion, Sessions};
 use crate::tools::{ProgressSink, REGISTRY, ToolContext};
 
 /// Instructions sent in `initialize`: how an agent should use the tools.
@@ -137,6 +138,24 @@ impl ServerHandler for McpServer {
             .with_instructions(INSTRUCTIONS)
     }
 
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        // The session middleware records what was negotiated.
+        if let Some(slot) = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<NegotiatedVersion>())
+        {
+            slot.set(&result.protocol_version);
+        }
+        Ok(result)
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -233,33 +252,39 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// The Streamable HTTP service mounted at `/mcp`.
+/// The Streamable HTTP service mounted at `/mcp`: both protocol eras, with
+/// legacy sessions in Redis (see [`crate::session`]).
 pub(crate) fn service(
-    backends: Backends,
-    limits: PublicLimits,
+    app: &crate::App,
     config: &mneme_config::GatewayConfig,
     shutdown: CancellationToken,
-) -> StreamableHttpService<McpServer, LocalSessionManager> {
+) -> StreamableHttpService<McpServer, Sessions> {
     let mut http = StreamableHttpServerConfig::default()
         .with_allowed_hosts(config.allowed_hosts.clone())
         .with_max_request_body_bytes(config.max_body_bytes)
         .with_cancellation_token(shutdown);
+    http.session_store = Some(app.sessions.states.clone());
     http = if config.allowed_origins.is_empty() {
         http.disable_allowed_origins()
     } else {
         http.with_allowed_origins(config.allowed_origins.clone())
             .enforce_origin_validation()
     };
-    let public_url: Arc<str> = config.public_url.as_str().into();
+    let server = McpServer::for_app(app);
     StreamableHttpService::new(
-        move || {
-            Ok(McpServer {
-                backends: backends.clone(),
-                public_url: public_url.clone(),
-                limits: limits.clone(),
-            })
-        },
-        Arc::new(LocalSessionManager::default()),
+        move || Ok(server.clone()),
+        app.sessions.sessions.clone(),
         http,
     )
+}
+
+impl McpServer {
+    /// A server for one MCP connection of `app` (one per session).
+    pub(crate) fn for_app(app: &crate::App) -> Self {
+        Self {
+            backends: app.backends.clone(),
+            public_url: app.public_url.as_str().into(),
+            limits: app.limits.clone(),
+        }
+    }
 }

@@ -10,7 +10,19 @@
 //! cache, quota counts, session working memory ([`WorkingMemoryItem`]), ids
 //! already shown to a session, and the embedding wake-up channel
 //! ([`Cache::wake_embedding_worker`], [`WakeListener`]).
+//! [`sessions`] (MCP session records), [`rate_limit`] (shared request
+//! counters) and [`relay`] (messages for a connection another process
+//! holds) are the exceptions: they report Redis failures, because the
+//! gateway degrades differently when Redis is down than when a key is absent.
 #![forbid(unsafe_code)]
+
+pub mod rate_limit;
+pub mod relay;
+pub mod sessions;
+
+pub use rate_limit::{Admission, Bucket};
+pub use relay::{Relay, RelayMessages, Relayed};
+pub use sessions::SessionRecord;
 
 use std::time::Duration;
 

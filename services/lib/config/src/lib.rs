@@ -161,6 +161,20 @@ impl Reader<'_> {
         value.unwrap_or(1)
     }
 
+    fn positive_u32(&mut self, setting: Setting) -> u32 {
+        let value = self.positive(setting);
+        u32::try_from(value).unwrap_or_else(|_| {
+            self.problems
+                .push(format!("{} must be at most {}", setting.name, u32::MAX));
+            1
+        })
+    }
+
+    /// A positive number of seconds.
+    fn secs(&mut self, setting: Setting) -> Duration {
+        Duration::from_secs(self.positive(setting) as u64)
+    }
+
     fn problem(&mut self, message: String) {
         self.problems.push(message);
     }
@@ -244,6 +258,15 @@ pub struct RedisConfig {
     pub prefix: String,
 }
 
+/// Browser origins of the chat hosts whose connectors reach mneme; allowed by
+/// default next to the gateway's own origin.
+pub const CONNECTOR_ORIGINS: &[&str] = &[
+    "https://claude.ai",
+    "https://claude.com",
+    "https://chatgpt.com",
+    "https://platform.openai.com",
+];
+
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     pub http_addr: SocketAddr,
@@ -257,6 +280,29 @@ pub struct GatewayConfig {
     pub backend_timeout: Duration,
     pub max_body_bytes: usize,
     pub auth_cache: Duration,
+    pub trusted_proxy_hops: usize,
+    pub shutdown_grace: Duration,
+    pub sessions: SessionConfig,
+    pub rate_limits: RateLimitConfig,
+}
+
+/// MCP sessions of the legacy protocol revisions.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub ttl: Duration,
+    pub worker_idle: Duration,
+    pub reuse_by_token: bool,
+}
+
+/// Request limits shared by the gateway pods.
+#[derive(Debug, Clone)]
+pub struct RateLimitConfig {
+    pub window: Duration,
+    pub per_tenant: u32,
+    pub per_key: u32,
+    pub writes_per_key: u32,
+    pub failed_auth_per_ip: u32,
+    pub usage_flush: Duration,
 }
 
 impl GatewayConfig {
@@ -573,7 +619,11 @@ impl Config {
         let allowed_origins = match r.list(settings::ALLOWED_ORIGINS) {
             Some(list) if list.iter().any(|o| o == "*") => Vec::new(),
             Some(list) => list,
-            None => vec![public_origin],
+            None => {
+                let mut origins = vec![public_origin];
+                origins.extend(CONNECTOR_ORIGINS.iter().map(|o| (*o).to_owned()));
+                origins
+            }
         };
         let recall_url = r.raw(settings::RECALL_URL).unwrap_or_default();
         let recall_url = parse_base_url(&mut r, settings::RECALL_URL, recall_url);
@@ -589,6 +639,21 @@ impl Config {
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
             max_body_bytes: r.positive(settings::MAX_BODY_BYTES),
             auth_cache: Duration::from_secs(r.value(settings::AUTH_CACHE_SECS)),
+            trusted_proxy_hops: r.value(settings::TRUSTED_PROXY_HOPS),
+            shutdown_grace: Duration::from_secs(r.value(settings::SHUTDOWN_GRACE_SECS)),
+            sessions: SessionConfig {
+                ttl: r.secs(settings::SESSION_TTL_SECS),
+                worker_idle: r.secs(settings::SESSION_WORKER_IDLE_SECS),
+                reuse_by_token: r.flag(settings::SESSION_REUSE_BY_TOKEN),
+            },
+            rate_limits: RateLimitConfig {
+                window: r.secs(settings::RATE_LIMIT_WINDOW_SECS),
+                per_tenant: r.positive_u32(settings::RATE_LIMIT_TENANT),
+                per_key: r.positive_u32(settings::RATE_LIMIT_KEY),
+                writes_per_key: r.positive_u32(settings::RATE_LIMIT_KEY_WRITES),
+                failed_auth_per_ip: r.positive_u32(settings::RATE_LIMIT_IP),
+                usage_flush: r.secs(settings::USAGE_FLUSH_SECS),
+            },
         };
 
         let internal_token = r.raw(settings::INTERNAL_TOKEN).map(Secret::new);
@@ -986,9 +1051,12 @@ mod tests {
     fn defaults_produce_a_valid_local_config() {
         let config = Config::from_env(&env(&[("HOME", "/home/u")])).unwrap();
         assert_eq!(config.gateway.mcp_url(), "http://127.0.0.1:8080/mcp");
-        assert_eq!(
-            config.gateway.allowed_origins,
-            vec!["http://127.0.0.1:8080"]
+        assert_eq!(config.gateway.allowed_origins[0], "http://127.0.0.1:8080");
+        assert!(
+            config
+                .gateway
+                .allowed_origins
+                .contains(&"https://claude.ai".to_owned())
         );
         assert!(
             config

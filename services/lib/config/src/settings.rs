@@ -57,7 +57,7 @@ settings! {
         ALLOWED_HOSTS = "MNEME_ALLOWED_HOSTS", None,
             "Comma-separated `Host` header values accepted on `/mcp` (DNS-rebinding protection). Defaults to the host of `MNEME_PUBLIC_URL` plus `localhost`, `127.0.0.1` and `::1`.";
         ALLOWED_ORIGINS = "MNEME_ALLOWED_ORIGINS", None,
-            "Comma-separated browser origins (`https://app.example.com`, `http://localhost:*`) accepted on `/mcp`; requests with another `Origin` get 403, requests without one pass. Defaults to the origin of `MNEME_PUBLIC_URL`. `*` disables the check.";
+            "Comma-separated browser origins (`https://app.example.com`, `http://localhost:*`) accepted on `/mcp`; requests with another `Origin` get 403, requests without one pass. Defaults to the origin of `MNEME_PUBLIC_URL` plus `https://claude.ai`, `https://claude.com`, `https://chatgpt.com` and `https://platform.openai.com`. `*` disables the check.";
         RECALL_URL = "MNEME_RECALL_URL", Some("http://127.0.0.1:50051"),
             "gRPC endpoint of the recall service, as seen from the gateway.";
         REMEMBER_URL = "MNEME_REMEMBER_URL", Some("http://127.0.0.1:50052"),
@@ -68,6 +68,32 @@ settings! {
             "Seconds a gateway pod reuses a verified API key (and its key groups) before checking the database again; a revoked key stops working within this time. 0 checks every request.";
         MAX_BODY_BYTES = "MNEME_MAX_BODY_BYTES", Some("2097152"),
             "Largest accepted HTTP request body, in bytes (413 above it).";
+        TRUSTED_PROXY_HOPS = "MNEME_TRUSTED_PROXY_HOPS", Some("0"),
+            "Reverse proxies in front of the gateway that append to `X-Forwarded-For` (load balancer, ingress). The client IP used for per-IP rate limits is the entry that many hops from the right; 0 uses the TCP peer address.";
+        SHUTDOWN_GRACE_SECS = "MNEME_SHUTDOWN_GRACE_SECS", Some("20"),
+            "On SIGTERM the gateway reports not-ready, stops accepting connections and gives in-flight requests this many seconds to finish; open MCP streams are closed with a retry hint.";
+    }
+    "Sessions" {
+        SESSION_TTL_SECS = "MNEME_SESSION_TTL_SECS", Some("2592000"),
+            "Idle lifetime of an MCP session (legacy protocol revisions), in seconds; every request extends it (sliding). Sessions live in Redis, so any gateway pod serves them.";
+        SESSION_WORKER_IDLE_SECS = "MNEME_SESSION_WORKER_IDLE_SECS", Some("300"),
+            "Seconds a gateway pod keeps an idle session's in-memory worker. The session itself stays in Redis and is restored on its next request, on whichever pod receives it.";
+        SESSION_REUSE_BY_TOKEN = "MNEME_SESSION_REUSE_BY_TOKEN", Some("true"),
+            "An `initialize` with the same bearer credential as a live session gets that session back instead of a new one (claude.ai and ChatGPT re-initialize on almost every call). Only a hash of the credential is kept.";
+    }
+    "Rate limits" {
+        RATE_LIMIT_WINDOW_SECS = "MNEME_RATE_LIMIT_WINDOW_SECS", Some("60"),
+            "Length of a rate-limit window, in seconds. Limits below count requests per window, shared by all gateway pods through Redis.";
+        RATE_LIMIT_TENANT = "MNEME_RATE_LIMIT_TENANT", Some("6000"),
+            "Requests per window for all keys of one tenant together. A tenant's own `rate_limit` column overrides it.";
+        RATE_LIMIT_KEY = "MNEME_RATE_LIMIT_KEY", Some("1200"),
+            "Requests per window for one API key. A key's own `rate_limit` column overrides it.";
+        RATE_LIMIT_KEY_WRITES = "MNEME_RATE_LIMIT_KEY_WRITES", Some("300"),
+            "Calls of writing tools (`remember`, `amend`, `forget`, …) per window for one API key, counted on top of the key's request limit.";
+        RATE_LIMIT_IP = "MNEME_RATE_LIMIT_IP", Some("60"),
+            "Failed authentications per client IP and window. Once reached, the IP's requests without valid credentials get 429 before any database lookup. Requests with valid credentials are limited per key and tenant instead, because claude.ai and ChatGPT reach mneme from a few shared IP ranges.";
+        USAGE_FLUSH_SECS = "MNEME_USAGE_FLUSH_SECS", Some("30"),
+            "How often each gateway pod adds its counted tool calls to `api_key_usage` (the durable daily usage record; `daily_call_limit` is enforced from Redis).";
     }
     "Internal authentication" {
         INTERNAL_TOKEN = "MNEME_INTERNAL_TOKEN", None,

@@ -21,12 +21,17 @@ pub struct ApiKey {
     pub default_workspace: Option<String>,
     pub default_mode: Option<String>,
     pub fragment_limit: Option<i32>,
+    /// Tool calls per UTC day; `None` is unlimited.
+    pub daily_call_limit: Option<i32>,
+    /// Requests per rate-limit window; `None` takes the deployment default.
+    pub rate_limit: Option<i32>,
     pub expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
 
 const COLUMNS: &str = "id, tenant_id, name, key_prefix, permissions, status, default_workspace, \
-                       default_mode, fragment_limit, expires_at, created_at";
+                       default_mode, fragment_limit, daily_call_limit, rate_limit, expires_at, \
+                       created_at";
 
 fn parse_permissions(names: Vec<String>) -> Result<Vec<Permission>> {
     names
@@ -52,6 +57,8 @@ impl TryFrom<Row> for ApiKey {
             default_workspace: row.get("default_workspace"),
             default_mode: row.get("default_mode"),
             fragment_limit: row.get("fragment_limit"),
+            daily_call_limit: row.get("daily_call_limit"),
+            rate_limit: row.get("rate_limit"),
             expires_at: row.get("expires_at"),
             created_at: row.get("created_at"),
         })
@@ -128,6 +135,8 @@ pub struct Authenticated {
     pub key: ApiKey,
     /// Other keys of the key's groups (see [`crate::key_groups::peers`]).
     pub group_key_ids: Vec<Uuid>,
+    /// The tenant's requests per rate-limit window; `None` takes the default.
+    pub tenant_rate_limit: Option<i32>,
 }
 
 /// Looks up and verifies a raw key. `None` for anything that must not
@@ -148,8 +157,11 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<Authe
         .query_opt(
             &format!(
                 "SELECT {COLUMNS}, secret_hash,
-                        (SELECT status FROM mneme.tenants t WHERE t.id = k.tenant_id) AS tenant_status
-                   FROM mneme.api_keys k WHERE key_prefix = $1"
+                        t.tenant_status, t.tenant_rate_limit
+                   FROM mneme.api_keys k,
+                        LATERAL (SELECT status AS tenant_status, rate_limit AS tenant_rate_limit
+                                   FROM mneme.tenants WHERE tenants.id = k.tenant_id) t
+                  WHERE key_prefix = $1"
             ),
             &[&prefix],
         )
@@ -159,6 +171,7 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<Authe
     };
     let stored_hash: Vec<u8> = row.get("secret_hash");
     let tenant_status: String = row.get("tenant_status");
+    let tenant_rate_limit: Option<i32> = row.get("tenant_rate_limit");
     let key = ApiKey::try_from(row)?;
     let usable = api_key::verify(raw, &stored_hash)
         && key.status == "active"
@@ -175,7 +188,11 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<Authe
     .await?;
     let group_key_ids = crate::key_groups::peers(&tx, key.tenant_id, key.id).await?;
     tx.commit().await?;
-    Ok(Some(Authenticated { key, group_key_ids }))
+    Ok(Some(Authenticated {
+        key,
+        group_key_ids,
+        tenant_rate_limit,
+    }))
 }
 
 /// The key's fragment quota (`None`: unlimited). With `lock`, the key row is

@@ -9,7 +9,8 @@
 //!   [`search_thresholds`] (the adaptive similarity floor), [`feedback`]
 //!   (tool and task feedback, link reconsolidation), [`consolidation`]
 //!   (leases, run history and the maintenance stages), [`claims`] (the
-//!   symbolic layer's claims); [`stats`] aggregates them read-only.
+//!   symbolic layer's claims), [`usage`] (tool calls per key and day);
+//!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
 //! transaction that has set `mneme.tenant_id` (so row-level security
@@ -31,6 +32,7 @@ pub mod search_events;
 pub mod search_thresholds;
 pub mod stats;
 pub mod tenants;
+pub mod usage;
 pub mod versions;
 
 use std::ops::Deref;

@@ -1,0 +1,77 @@
+//! The gateway's Prometheus metrics (see `docs/OPERATIONS.md`). Labels are
+//! bounded vocabularies: never tenant ids, keys, session ids or origins.
+
+use std::sync::LazyLock;
+
+use mneme_telemetry::metrics::register;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts};
+
+pub(crate) struct Metrics {
+    /// Session lookups by outcome: `live`, `recovered`, `reused`, `created`,
+    /// `unknown`, `closed`, `principal_mismatch`, `version_mismatch`,
+    /// `degraded`.
+    pub(crate) sessions: IntCounterVec,
+    /// Requests refused to protect one tenant from another, by component.
+    pub(crate) isolation_blocked: IntCounterVec,
+    /// Rate-limit decisions by scope (`tenant`, `key`, `writes`, `daily`,
+    /// `ip`), decision (`allowed`, `limited`) and backend (`redis`, `local`).
+    pub(crate) rate_limit: IntCounterVec,
+    /// Requests refused before reaching MCP, by reason (`origin`, `host`,
+    /// `protocol_version`, `unauthenticated`, `body_too_large`).
+    pub(crate) rejected: IntCounterVec,
+    /// MCP requests by JSON-RPC method and HTTP status class.
+    pub(crate) requests: HistogramVec,
+    /// Legacy HTTP+SSE streams open on this pod.
+    pub(crate) sse_streams: IntGauge,
+}
+
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+    sessions: counter(
+        "mneme_mcp_sessions_total",
+        "MCP session lookups and creations by outcome.",
+        &["outcome"],
+    ),
+    isolation_blocked: counter(
+        "mneme_tenant_isolation_blocked_total",
+        "Requests refused because they reached for another tenant's or key's state.",
+        &["component"],
+    ),
+    rate_limit: counter(
+        "mneme_rate_limit_decisions_total",
+        "Rate-limit decisions by scope, decision and counter backend.",
+        &["scope", "decision", "backend"],
+    ),
+    rejected: counter(
+        "mneme_http_rejected_total",
+        "Requests refused before reaching MCP, by reason.",
+        &["reason"],
+    ),
+    requests: register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "mneme_mcp_request_seconds",
+                "Time to the response headers of MCP requests, by JSON-RPC method and HTTP status.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["method", "status"],
+        )
+        .expect("valid metric"),
+    ),
+    sse_streams: register(
+        IntGauge::new(
+            "mneme_sse_streams",
+            "Legacy HTTP+SSE streams open on this gateway pod.",
+        )
+        .expect("valid metric"),
+    ),
+});
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+}
+
+pub(crate) fn session(outcome: &str) {
+    METRICS.sessions.with_label_values(&[outcome]).inc();
+}

@@ -1,0 +1,316 @@
+//! Gateway pods as separate processes sharing PostgreSQL and Redis: MCP
+//! sessions roam between pods, survive a killed pod, are recovered under
+//! their own id, stay bound to their credentials; rate limits hold across
+//! pods and fall back to per-pod counting when Redis is unreachable.
+
+mod common;
+
+use common::{Fleet, TcpProxy, initialize, redis_addr, request};
+use fred::prelude::*;
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use serde_json::json;
+
+fn remember(id: u64, content: &str) -> serde_json::Value {
+    request(
+        id,
+        "tools/call",
+        json!({"name": "remember", "arguments": {
+            "content": content, "topic": "pods", "type": "fact"
+        }}),
+    )
+}
+
+fn tools_list(id: u64) -> serde_json::Value {
+    request(id, "tools/list", json!({}))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their_key() {
+    let fleet = Fleet::start().await;
+    let store = fleet.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    let pod_a = fleet.pod(&[]).await;
+    let pod_b = fleet.pod(&[]).await;
+    let version = [("mcp-protocol-version", "2025-06-18")];
+
+    // Initialized on A, served by B.
+    let session = pod_a.initialize(&acme.api_key).await;
+    let on_b = pod_b
+        .post(
+            &acme.api_key,
+            Some(&session),
+            &version,
+            &remember(2, "Pods share sessions through Redis."),
+        )
+        .await;
+    assert_eq!(on_b.status, 200, "{on_b:?}");
+    assert_eq!(
+        on_b.message.as_ref().unwrap().pointer("/result/isError"),
+        Some(&json!(false)),
+        "{on_b:?}"
+    );
+    let on_a = pod_a
+        .post(&acme.api_key, Some(&session), &version, &tools_list(3))
+        .await;
+    assert_eq!(on_a.status, 200);
+
+    // Another tenant's key cannot use the session: 403, not a recovery.
+    let stolen = pod_b
+        .post(&globex.api_key, Some(&session), &version, &tools_list(4))
+        .await;
+    assert_eq!(stolen.status, 403, "{stolen:?}");
+    assert_eq!(stolen.error_code(), Some(-32000));
+
+    // An id mneme never issued: 404 with JSON-RPC -32000.
+    let unknown = pod_b
+        .post(
+            &acme.api_key,
+            Some(&uuid::Uuid::new_v4().to_string()),
+            &version,
+            &tools_list(5),
+        )
+        .await;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    assert_eq!(unknown.error_code(), Some(-32000));
+
+    // A version other than the negotiated one: 400.
+    let mismatched = pod_b
+        .post(
+            &acme.api_key,
+            Some(&session),
+            &[("mcp-protocol-version", "2025-03-26")],
+            &tools_list(6),
+        )
+        .await;
+    assert_eq!(mismatched.status, 400, "{mismatched:?}");
+
+    // Pod A dies; its session goes on on B.
+    pod_a.kill().await;
+    let after_kill = pod_b
+        .post(&acme.api_key, Some(&session), &version, &tools_list(7))
+        .await;
+    assert_eq!(after_kill.status, 200, "{after_kill:?}");
+
+    // The session's Redis state is lost (expiry, flush): the same id is
+    // recreated for the key that presents it, on a pod that never saw it…
+    let pod_c = fleet.pod(&[]).await;
+    let redis = fred::clients::Client::new(
+        fred::types::config::Config::from_url(&fleet.redis.url).unwrap(),
+        None,
+        None,
+        None,
+    );
+    redis.init().await.unwrap();
+    let record = format!("{}sess:{{{session}}}", fleet.redis.prefix);
+    let deleted: i64 = redis
+        .del(vec![record.clone(), format!("{record}:init")])
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2, "the session's record and state lived in Redis");
+    let recovered = pod_c
+        .post(&acme.api_key, Some(&session), &version, &tools_list(8))
+        .await;
+    assert_eq!(recovered.status, 200, "{recovered:?}");
+    // …and bound to it again.
+    let stolen_again = pod_c
+        .post(&globex.api_key, Some(&session), &version, &tools_list(9))
+        .await;
+    assert_eq!(stolen_again.status, 403);
+
+    // Ending the session ends it on every pod, recovery included.
+    assert_eq!(pod_c.delete(&acme.api_key, &session).await, 202);
+    for pod in [&pod_b, &pod_c] {
+        let ended = pod
+            .post(&acme.api_key, Some(&session), &version, &tools_list(10))
+            .await;
+        assert_eq!(ended.status, 404, "{ended:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn initialize_with_the_same_credentials_gets_the_live_session_back() {
+    let fleet = Fleet::start().await;
+    let acme = create_tenant(&fleet.db.store(), "acme", ALL_PERMISSIONS).await;
+    let globex = create_tenant(&fleet.db.store(), "globex", ALL_PERMISSIONS).await;
+    let (pod_a, pod_b) = (fleet.pod(&[]).await, fleet.pod(&[]).await);
+
+    let first = pod_a.initialize(&acme.api_key).await;
+    let again = pod_b
+        .post(&acme.api_key, None, &[], &initialize("2025-06-18"))
+        .await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.session_id().as_deref(), Some(first.as_str()));
+    assert!(
+        again
+            .message
+            .unwrap()
+            .pointer("/result/protocolVersion")
+            .is_some()
+    );
+
+    let other = pod_a
+        .post(&globex.api_key, None, &[], &initialize("2025-06-18"))
+        .await;
+    assert_ne!(
+        other.session_id(),
+        Some(first.clone()),
+        "never another key's session"
+    );
+
+    // Without reuse, every initialize opens a session of its own.
+    let fresh_pod = fleet
+        .pod(&[("MNEME_SESSION_REUSE_BY_TOKEN", "false")])
+        .await;
+    let fresh = fresh_pod
+        .post(&acme.api_key, None, &[], &initialize("2025-06-18"))
+        .await;
+    assert_ne!(fresh.session_id(), Some(first));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_hold_across_pods_and_fall_back_to_each_pod_without_redis() {
+    const LIMIT: usize = 10;
+    let fleet = Fleet::start().await;
+    let store = fleet.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let proxy = TcpProxy::start(redis_addr(&fleet.redis.url)).await;
+    let redis_url = format!("redis://{}", proxy.addr);
+    let limits = [
+        ("MNEME_RATE_LIMIT_KEY", "10"),
+        ("MNEME_RATE_LIMIT_WINDOW_SECS", "3600"),
+    ];
+    let pod_a = fleet.pod_via_redis(&redis_url, &limits).await;
+    let pod_b = fleet.pod_via_redis(&redis_url, &limits).await;
+    let modern = [("mcp-protocol-version", "2026-07-28")];
+    let discover = |id| {
+        request(
+            id,
+            "tools/list",
+            json!({"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}),
+        )
+    };
+
+    let mut allowed = 0;
+    let mut limited = Vec::new();
+    for i in 0..2 * LIMIT {
+        let pod = if i % 2 == 0 { &pod_a } else { &pod_b };
+        let reply = pod
+            .post(
+                &acme.api_key,
+                None,
+                &[("mcp-method", "tools/list"), modern[0]],
+                &discover(i as u64),
+            )
+            .await;
+        match reply.status {
+            200 => allowed += 1,
+            429 => limited.push(reply),
+            other => panic!("unexpected status {other}: {reply:?}"),
+        }
+    }
+    assert_eq!(
+        allowed, LIMIT,
+        "both pods together admit exactly the key's limit"
+    );
+    let refused = &limited[0];
+    assert_eq!(refused.error_code(), Some(-32000));
+    assert!(refused.header("retry-after").is_some(), "{refused:?}");
+    assert_eq!(refused.header("ratelimit-limit"), Some("10"));
+    assert_eq!(refused.header("ratelimit-remaining"), Some("0"));
+
+    // Redis goes away: each pod limits on its own, no request fails otherwise.
+    proxy.cut();
+    let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    for pod in [&pod_a, &pod_b] {
+        let mut statuses = Vec::new();
+        for i in 0..LIMIT + 2 {
+            let reply = pod
+                .post(
+                    &globex.api_key,
+                    None,
+                    &[("mcp-method", "tools/list"), modern[0]],
+                    &discover(i as u64),
+                )
+                .await;
+            statuses.push(reply.status);
+        }
+        let ok = statuses.iter().filter(|s| **s == 200).count();
+        assert_eq!(ok, LIMIT, "per-pod limit while Redis is down: {statuses:?}");
+        assert!(statuses[LIMIT..].iter().all(|s| *s == 429), "{statuses:?}");
+    }
+
+    // Legacy sessions keep working without Redis too.
+    let session = pod_a
+        .initialize(
+            &create_tenant(&store, "initech", ALL_PERMISSIONS)
+                .await
+                .api_key,
+        )
+        .await;
+    assert!(!session.is_empty());
+    proxy.restore();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn legacy_sse_streams_take_messages_sent_to_any_pod_and_only_from_their_key() {
+    let fleet = Fleet::start().await;
+    let store = fleet.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    let (pod_a, pod_b) = (fleet.pod(&[]).await, fleet.pod(&[]).await);
+
+    let mut stream = common::SseClient::open(&pod_a, &acme.api_key).await;
+    assert!(
+        stream.endpoint.starts_with("/message?sessionId="),
+        "{}",
+        stream.endpoint
+    );
+    let endpoint = stream.endpoint.clone();
+
+    // The handshake and a tool call arrive through pod B; answers come back
+    // on pod A's stream.
+    let sent = pod_b
+        .post_message(&acme.api_key, &endpoint, &initialize("2024-11-05"))
+        .await;
+    assert_eq!(sent.status, 202, "{sent:?}");
+    let answer = stream.next_message().await;
+    assert_eq!(answer["id"], 1);
+    assert!(
+        answer.pointer("/result/protocolVersion").is_some(),
+        "{answer}"
+    );
+    let ack = pod_b
+        .post_message(&acme.api_key, &endpoint, &common::initialized())
+        .await;
+    assert_eq!(ack.status, 202);
+    let call = pod_a
+        .post_message(
+            &acme.api_key,
+            &endpoint,
+            &remember(2, "SSE messages can land on any pod."),
+        )
+        .await;
+    assert_eq!(call.status, 202);
+    let answer = stream.next_message().await;
+    assert_eq!(answer["id"], 2);
+    assert_eq!(
+        answer.pointer("/result/isError"),
+        Some(&json!(false)),
+        "{answer}"
+    );
+
+    // Another tenant's key cannot write into the stream; invented ids are unknown.
+    let stolen = pod_b
+        .post_message(&globex.api_key, &endpoint, &tools_list(3))
+        .await;
+    assert_eq!(stolen.status, 403, "{stolen:?}");
+    let invented = pod_b
+        .post_message(&acme.api_key, "/message?sessionId=invented", &tools_list(4))
+        .await;
+    assert_eq!(invented.status, 404, "{invented:?}");
+    assert!(!stream.session_id().is_empty());
+}

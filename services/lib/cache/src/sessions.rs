@@ -1,0 +1,147 @@
+//! MCP sessions in Redis: mneme's record of each session (who it belongs
+//! to, its negotiated protocol version and mode), the rmcp state that lets
+//! any pod replay the session's `initialize`, and the map from a hashed
+//! bearer credential to its live session.
+//!
+//! Keys: `sess:{<id>}` (the record), `sess:{<id>}:init` (rmcp's state),
+//! `tok:<credential hash>` (session id). The braces keep a session's two
+//! keys in one Redis Cluster slot. Unlike the caches, these calls report
+//! Redis failures: the gateway must tell "no such session" from "Redis is
+//! down" to choose between recovery and degraded service.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::{Cache, CacheError};
+
+/// mneme's record of one MCP session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub tenant_id: String,
+    pub key_id: String,
+    /// The protocol version negotiated by `initialize` (or assumed when the
+    /// session was recovered).
+    pub protocol_version: String,
+    pub mode: Option<String>,
+    pub created_at_ms: i64,
+    /// Set by `DELETE`: the id answers 404 until the record expires.
+    #[serde(default)]
+    pub closed: bool,
+}
+
+/// Reads the record and, when it exists, extends both session keys by `ttl`
+/// in the same step (sliding expiry).
+const TOUCH: &str = r#"
+local record = redis.call('GET', KEYS[1])
+if record then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+end
+return record
+"#;
+
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+impl Cache {
+    fn session_keys(&self, id: &str) -> (String, String) {
+        let record = self.key(&["sess", &format!("{{{id}}}")]);
+        let init = format!("{record}:init");
+        (record, init)
+    }
+
+    /// True while the client is connected to Redis. Callers skip Redis when
+    /// it is not, instead of waiting for each command to time out.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_connected()
+    }
+
+    /// The session's record, extending its lifetime by `ttl`.
+    pub async fn touch_session(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Option<SessionRecord>, CacheError> {
+        let (record, init) = self.session_keys(id);
+        let script = fred::types::scripts::Script::from_lua(TOUCH);
+        let raw: Option<String> = script
+            .evalsha_with_reload(&self.client, vec![record, init], vec![millis(ttl)])
+            .await?;
+        Ok(raw.and_then(|raw| {
+            serde_json::from_str(&raw)
+                .inspect_err(|error| tracing::warn!(%error, "unreadable session record"))
+                .ok()
+        }))
+    }
+
+    /// Writes (or replaces) the session's record.
+    pub async fn put_session(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        let (key, _) = self.session_keys(id);
+        let value = serde_json::to_string(record).expect("a session record serializes");
+        self.client
+            .set::<(), _, _>(key, value, Some(Expiration::PX(millis(ttl))), None, false)
+            .await?;
+        Ok(())
+    }
+
+    /// The transport's saved state of the session (rmcp's `SessionState`,
+    /// as JSON).
+    pub async fn session_state(&self, id: &str) -> Result<Option<String>, CacheError> {
+        let (_, init) = self.session_keys(id);
+        Ok(self.client.get(init).await?)
+    }
+
+    pub async fn put_session_state(
+        &self,
+        id: &str,
+        state: &str,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        let (_, init) = self.session_keys(id);
+        self.client
+            .set::<(), _, _>(init, state, Some(Expiration::PX(millis(ttl))), None, false)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete_session_state(&self, id: &str) -> Result<(), CacheError> {
+        let (_, init) = self.session_keys(id);
+        self.client.del::<(), _>(init).await?;
+        Ok(())
+    }
+
+    /// The live session last bound to a credential, by the credential's
+    /// hash (never the credential).
+    pub async fn credential_session(
+        &self,
+        credential_hash: &str,
+    ) -> Result<Option<String>, CacheError> {
+        Ok(self.client.get(self.key(&["tok", credential_hash])).await?)
+    }
+
+    pub async fn bind_credential_session(
+        &self,
+        credential_hash: &str,
+        session_id: &str,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        self.client
+            .set::<(), _, _>(
+                self.key(&["tok", credential_hash]),
+                session_id,
+                Some(Expiration::PX(millis(ttl))),
+                None,
+                false,
+            )
+            .await?;
+        Ok(())
+    }
+}
