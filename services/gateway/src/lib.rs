@@ -18,13 +18,16 @@
 //!
 //! - `session`: MCP sessions shared by all pods (Redis), same-id recovery.
 //! - `limits`: rate limits and daily quotas (Redis, local fallback).
+//! - `hygiene`: Origin/Host checks, CORS, the answer to a panicked handler.
+//! - `sse`: the legacy HTTP+SSE transport (`/sse`, `/message`).
 //! - `jsonrpc`: the peek at each MCP message and the gateway's own
 //!   JSON-RPC refusals.
 //! - `metrics`: the gateway's Prometheus metrics.
 //!
-//! Middleware, outermost first: request id → trace → panic guard → body
-//! limit → authentication → (on `/mcp`) message peek → rate limits →
-//! session binding → rmcp.
+//! Middleware, outermost first: request id → trace → CORS → panic guard →
+//! body limit → timeout → (on MCP routes) Origin/Host check →
+//! authentication → message peek → rate limits → (on `/mcp`) session
+//! binding → rmcp.
 #![forbid(unsafe_code)]
 
 mod auth;
@@ -32,6 +35,7 @@ mod backends;
 mod catalog;
 mod error;
 mod health;
+mod hygiene;
 mod jsonrpc;
 mod limits;
 mod mcp;
@@ -48,7 +52,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::HeaderName;
+use axum::http::{HeaderName, StatusCode};
 use axum::middleware;
 use axum::serve::ListenerExt;
 use mneme_cache::Cache;
@@ -61,6 +65,7 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub use backends::{Backends, ProgressFuture};
@@ -127,39 +132,63 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
     let max_body = config.max_body_bytes;
     let read_call = move |request, next| jsonrpc::read_call(request, next, max_body);
+    let authenticate = || middleware::from_fn_with_state(app.clone(), auth::require_principal);
+    let limit = || middleware::from_fn_with_state(app.clone(), limits::limit);
     let mcp = Router::new()
         .nest_service("/mcp", mcp::service(&app, config, app.shutdown.clone()))
         .layer(middleware::from_fn_with_state(
             app.clone(),
             session::bind_session,
         ))
-        .layer(middleware::from_fn_with_state(app.clone(), limits::limit))
+        .layer(limit())
         .layer(middleware::from_fn(read_call));
     let sse = sse::routes()
-        .layer(middleware::from_fn_with_state(app.clone(), limits::limit))
+        .layer(limit())
         .layer(middleware::from_fn(read_call));
-    let rest = rest::routes().layer(middleware::from_fn_with_state(app.clone(), limits::limit));
-    let authenticated =
-        Router::new()
-            .merge(mcp)
-            .merge(sse)
-            .merge(rest)
-            .layer(middleware::from_fn_with_state(
-                app.clone(),
-                auth::require_principal,
-            ));
+    let lists = hygiene::AllowLists::new(config);
+    let mcp_routes = Router::new()
+        .merge(mcp)
+        .merge(sse)
+        .layer(authenticate())
+        .layer(middleware::from_fn_with_state(
+            lists.clone(),
+            hygiene::check_origin_and_host,
+        ));
+    let rest = rest::routes().layer(limit()).layer(authenticate());
     Router::new()
         .merge(health::routes())
-        .merge(authenticated)
+        .merge(mcp_routes)
+        .merge(rest)
         .with_state(app)
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-                .layer(TraceLayer::new_for_http())
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                .layer(CatchPanicLayer::new())
-                .layer(RequestBodyLimitLayer::new(config.max_body_bytes)),
+                .layer(hygiene::cors(&lists))
+                .layer(CatchPanicLayer::custom(hygiene::panic_response))
+                .layer(RequestBodyLimitLayer::new(config.max_body_bytes))
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    config.request_timeout,
+                )),
         )
+}
+
+/// The span of one request: its id ties every log line of the request
+/// together (and to the `X-Request-Id` the client sees).
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let request_id = request
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id,
+    )
 }
 
 /// Serves the gateway on `listener` until `shutdown`, then lets in-flight

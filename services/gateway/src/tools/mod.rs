@@ -350,8 +350,17 @@ impl Registry {
             .get(name)
             .ok_or_else(|| Error::invalid_argument(format!("unknown tool `{name}`")))?;
         Self::authorize(tool, &context.principal)?;
-        (tool.handler)(context, arguments).await
+        (tool.handler)(context, without_client_context(arguments)).await
     }
+}
+
+/// Drops `_`-prefixed arguments (`_keyId`, `_sessionId`, `_permissions`,
+/// …). Some MCP servers pass the caller's identity to tools that way; here
+/// identity comes only from authentication, and a client that sends such
+/// fields must not be able to steer anything with them.
+fn without_client_context(mut arguments: JsonObject) -> JsonObject {
+    arguments.retain(|name, _| !name.starts_with('_'));
+    arguments
 }
 
 #[cfg(test)]
@@ -373,6 +382,15 @@ mod tests {
             session_id: None,
             agent_id: DEFAULT_AGENT_ID.into(),
         }
+    }
+
+    #[test]
+    fn client_context_fields_never_reach_a_tool() {
+        let arguments = serde_json::json!({
+            "text": "deploys", "_keyId": "someone-else", "_permissions": ["admin"], "_sessionId": "s"
+        });
+        let kept = without_client_context(arguments.as_object().unwrap().clone());
+        assert_eq!(kept.keys().collect::<Vec<_>>(), ["text"]);
     }
 
     fn names(principal: &Principal) -> Vec<&'static str> {

@@ -280,6 +280,7 @@ pub struct GatewayConfig {
     pub backend_timeout: Duration,
     pub max_body_bytes: usize,
     pub auth_cache: Duration,
+    pub request_timeout: Duration,
     pub trusted_proxy_hops: usize,
     pub shutdown_grace: Duration,
     pub sessions: SessionConfig,
@@ -639,6 +640,7 @@ impl Config {
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
             max_body_bytes: r.positive(settings::MAX_BODY_BYTES),
             auth_cache: Duration::from_secs(r.value(settings::AUTH_CACHE_SECS)),
+            request_timeout: r.millis(settings::REQUEST_TIMEOUT_MS),
             trusted_proxy_hops: r.value(settings::TRUSTED_PROXY_HOPS),
             shutdown_grace: Duration::from_secs(r.value(settings::SHUTDOWN_GRACE_SECS)),
             sessions: SessionConfig {

@@ -68,6 +68,8 @@ settings! {
             "Seconds a gateway pod reuses a verified API key (and its key groups) before checking the database again; a revoked key stops working within this time. 0 checks every request.";
         MAX_BODY_BYTES = "MNEME_MAX_BODY_BYTES", Some("2097152"),
             "Largest accepted HTTP request body, in bytes (413 above it).";
+        REQUEST_TIMEOUT_MS = "MNEME_REQUEST_TIMEOUT_MS", Some("30000"),
+            "Longest wait, in milliseconds, for a request's response to start (504 after). Streams that have started (MCP over SSE, `/sse`) are not cut; tool calls are also bounded by `MNEME_BACKEND_TIMEOUT_MS`.";
         TRUSTED_PROXY_HOPS = "MNEME_TRUSTED_PROXY_HOPS", Some("0"),
             "Reverse proxies in front of the gateway that append to `X-Forwarded-For` (load balancer, ingress). The client IP used for per-IP rate limits is the entry that many hops from the right; 0 uses the TCP peer address.";
         SHUTDOWN_GRACE_SECS = "MNEME_SHUTDOWN_GRACE_SECS", Some("20"),
