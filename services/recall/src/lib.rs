@@ -243,7 +243,14 @@ impl RecallServer {
             .iter()
             .filter_map(|f| f.id.parse().ok())
             .collect();
-        self.after_recall(principal.tenant_id, returned, query.session_id.is_some());
+        // Co-retrieval links feed the graph layer: strengthened between the
+        // pages of one cursor walk, they would reorder the results under it.
+        let single_page = query.offset == 0 && !page.has_more;
+        self.after_recall(
+            principal.tenant_id,
+            returned,
+            query.session_id.is_some() && single_page,
+        );
         if !query.context_keywords.is_empty() {
             self.spread_activation(spread::Spread {
                 tenant_id: principal.tenant_id,
@@ -455,9 +462,12 @@ impl RecallServer {
         });
     }
 
-    fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, in_session: bool) {
+    /// `link_co_retrieved`: the results were recalled together in a session,
+    /// on a single page.
+    fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, link_co_retrieved: bool) {
         let track = self.settings.track_access;
-        let co_retrieval = self.settings.co_retrieval_links && in_session && returned.len() > 1;
+        let co_retrieval =
+            self.settings.co_retrieval_links && link_co_retrieved && returned.len() > 1;
         if returned.is_empty() || !(track || co_retrieval) {
             return;
         }
