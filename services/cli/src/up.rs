@@ -121,8 +121,10 @@ pub async fn up(
     )?;
     let gateway_stop = stop.clone().cancelled_owned();
     tasks.spawn(async move {
-        let app = App::new(store, cache, backends, &config, token.expose());
-        let result = mneme_gateway::serve(app, &config, listeners.http, gateway_stop).await;
+        let result = match App::new(store, cache, backends, &config, token.expose()) {
+            Ok(app) => mneme_gateway::serve(app, &config, listeners.http, gateway_stop).await,
+            Err(error) => Err(error),
+        };
         ("gateway", result)
     });
 

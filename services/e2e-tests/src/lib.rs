@@ -51,17 +51,20 @@ impl Stack {
         if let Ok(dir) = std::env::var("MNEME_E5_DIR") {
             env.insert("MNEME_E5_DIR".into(), dir);
         }
+        let bind = || TcpListener::bind("127.0.0.1:0");
+        let http = bind().await.unwrap();
+        let http_addr = http.local_addr().unwrap();
+        // Links, token audiences and OAuth metadata name the real address.
+        env.insert("MNEME_PUBLIC_URL".into(), format!("http://{http_addr}"));
         for (key, value) in extra {
             env.insert((*key).into(), (*value).into());
         }
         let config = Config::from_env(&env).expect("valid test configuration");
-        let bind = || TcpListener::bind("127.0.0.1:0");
         let listeners = Listeners {
-            http: bind().await.unwrap(),
+            http,
             recall: bind().await.unwrap(),
             remember: bind().await.unwrap(),
         };
-        let http_addr = listeners.http.local_addr().unwrap();
         let stop = CancellationToken::new();
         let task = tokio::spawn(up(config, listeners, stop.clone().cancelled_owned()));
         Self {

@@ -1,8 +1,10 @@
 //! Authentication of every protected request.
 //!
-//! The bearer credential is an API key (`Authorization: Bearer mn_…`); OAuth
-//! access tokens join it with the OAuth issue. The resolved [`Principal`] is
-//! stored in the request extensions, where MCP tools read it. Credentials
+//! The bearer credential is an API key (`Authorization: Bearer mn_…`) or an
+//! OAuth access token (a JWT of [`crate::oauth`], acting as one key with
+//! the permissions its scope grants). The resolved [`Principal`] is stored
+//! in the request extensions, where MCP tools read it. A 401 names the
+//! protected-resource metadata, where MCP clients discover how to sign in. Credentials
 //! are accepted only in the `Authorization` header: one in the query string
 //! would end up in access logs, so such requests are refused outright.
 
@@ -14,7 +16,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use mneme_core::principal::DEFAULT_AGENT_ID;
-use mneme_core::{Error, Principal};
+use mneme_core::{Error, Permission, Principal};
 use mneme_store::api_keys::{self, Authenticated};
 use mneme_store::{Store, StoreError};
 
@@ -33,6 +35,8 @@ pub(crate) struct KeyResolver {
     store: Store,
     /// Verified keys by SHA-256 of the raw key; `None` when caching is off.
     cache: Option<moka::sync::Cache<[u8; 32], Arc<Authenticated>>>,
+    /// Keys named by access tokens, by tenant and key id.
+    by_id: Option<moka::sync::Cache<(uuid::Uuid, uuid::Uuid), Arc<Authenticated>>>,
 }
 
 impl std::fmt::Debug for KeyResolver {
@@ -54,7 +58,42 @@ impl KeyResolver {
                 .time_to_live(ttl)
                 .build()
         });
-        Self { store, cache }
+        let by_id = (!ttl.is_zero()).then(|| {
+            moka::sync::Cache::builder()
+                .max_capacity(KEY_CACHE_CAPACITY)
+                .time_to_live(ttl)
+                .build()
+        });
+        Self {
+            store,
+            cache,
+            by_id,
+        }
+    }
+
+    /// A key by id, for access tokens that name it.
+    pub(crate) async fn resolve_id(
+        &self,
+        tenant_id: uuid::Uuid,
+        key_id: uuid::Uuid,
+    ) -> Result<Option<Arc<Authenticated>>, StoreError> {
+        if let Some(hit) = self
+            .by_id
+            .as_ref()
+            .and_then(|c| c.get(&(tenant_id, key_id)))
+        {
+            return Ok(Some(hit));
+        }
+        let mut client = self.store.client().await?;
+        let Some(found) = api_keys::authenticate_by_id(&mut client, tenant_id, key_id).await?
+        else {
+            return Ok(None);
+        };
+        let found = Arc::new(found);
+        if let Some(cache) = &self.by_id {
+            cache.insert((tenant_id, key_id), Arc::clone(&found));
+        }
+        Ok(Some(found))
     }
 
     /// The key, when it was verified recently on this pod.
@@ -65,7 +104,10 @@ impl KeyResolver {
 
     /// The verified key, or `None` for any credential that must not pass.
     /// Only successes are cached, so a wrong key costs a lookup every time.
-    async fn resolve(&self, raw: &str) -> Result<Option<Arc<Authenticated>>, StoreError> {
+    pub(crate) async fn resolve(
+        &self,
+        raw: &str,
+    ) -> Result<Option<Arc<Authenticated>>, StoreError> {
         if let Some(hit) = self.cached(raw) {
             return Ok(Some(hit));
         }
@@ -106,17 +148,36 @@ fn has_credential_in_query(request: &Request) -> bool {
     })
 }
 
-fn unauthorized(message: &str) -> Response {
+/// 401 with the challenge MCP clients discover authorization from: the
+/// absolute URL of the protected-resource metadata and the scopes to ask
+/// for (RFC 9728 §5.1, MCP authorization).
+fn unauthorized(app: &App, message: &str, token_presented: bool) -> Response {
     let mut response = ApiError(Error::unauthenticated(message)).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(r#"Bearer realm="mneme", error="invalid_token""#),
+    let error = if token_presented {
+        r#", error="invalid_token""#
+    } else {
+        ""
+    };
+    let challenge = format!(
+        r#"Bearer resource_metadata="{}", scope="{}"{error}"#,
+        app.oauth.resource_metadata_url(),
+        crate::oauth::DEFAULT_SCOPE,
     );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
 }
 
 /// 401, counted against the client's address.
-async fn failed(app: &App, client_ip: Option<std::net::IpAddr>, message: &str) -> Response {
+async fn failed(
+    app: &App,
+    client_ip: Option<std::net::IpAddr>,
+    message: &str,
+    token_presented: bool,
+) -> Response {
     if let Some(ip) = client_ip {
         app.limiter.record_failed_auth(ip).await;
     }
@@ -124,7 +185,35 @@ async fn failed(app: &App, client_ip: Option<std::net::IpAddr>, message: &str) -
         .rejected
         .with_label_values(&["unauthenticated"])
         .inc();
-    unauthorized(message)
+    unauthorized(app, message, token_presented)
+}
+
+/// The bearer credential of a request, owned (so no borrow of the request
+/// lives across an await: its body is not `Sync`).
+pub(crate) fn bearer_of(request: &Request) -> Option<String> {
+    bearer(request).map(str::to_owned)
+}
+
+/// The API key `token` names: `Err(401)` for one that does not verify. For
+/// endpoints where a key is optional (client registration binds the
+/// client to it).
+pub(crate) async fn resolve_bearer_key(
+    app: &App,
+    token: &str,
+    client_ip: Option<std::net::IpAddr>,
+) -> Result<Option<Arc<Authenticated>>, Response> {
+    match app.keys.resolve(token).await {
+        Ok(Some(found)) => Ok(Some(found)),
+        Ok(None) => Err(failed(app, client_ip, "invalid, revoked or expired API key", true).await),
+        Err(error) => Err(ApiError(error.into()).into_response()),
+    }
+}
+
+/// What a verified credential grants.
+struct Credential {
+    found: Arc<Authenticated>,
+    /// Narrowed by an access token's scope; `None` for an API key.
+    scope_permissions: Option<Vec<Permission>>,
 }
 
 /// Middleware: resolves the caller or answers 401.
@@ -140,32 +229,56 @@ pub(crate) async fn require_principal(
         .into_response();
     }
     let client_ip = app.limiter.client_ip(&request);
-    let cached = bearer(&request).and_then(|token| app.keys.cached(token));
-    // Credentials this pod has not verified lately cost a database lookup:
-    // an address that keeps failing is refused before that.
-    if cached.is_none()
-        && let Some(ip) = client_ip
-        && let Some(refusal) = app.limiter.check_ip(ip).await
-    {
-        return refusal;
-    }
-    let Some(token) = bearer(&request) else {
+    let Some(token) = bearer(&request).map(str::to_owned) else {
         return failed(
             &app,
             client_ip,
-            "missing bearer credentials: send `Authorization: Bearer <API key>`",
+            "missing bearer credentials: send `Authorization: Bearer <API key or access token>`",
+            false,
         )
         .await;
     };
-    let found = match cached {
-        Some(found) => found,
-        None => match app.keys.resolve(token).await {
-            Ok(Some(found)) => found,
-            Ok(None) => {
-                return failed(&app, client_ip, "invalid, revoked or expired API key").await;
-            }
-            Err(error) => return ApiError(error.into()).into_response(),
-        },
+    let credential = if mneme_core::api_key::parse_prefix(&token).is_some() {
+        let cached = app.keys.cached(&token);
+        // Credentials this pod has not verified lately cost a database
+        // lookup: an address that keeps failing is refused before that.
+        if cached.is_none()
+            && let Some(ip) = client_ip
+            && let Some(refusal) = app.limiter.check_ip(ip).await
+        {
+            return refusal;
+        }
+        match cached {
+            Some(found) => Some(Credential {
+                found,
+                scope_permissions: None,
+            }),
+            None => match app.keys.resolve(&token).await {
+                Ok(found) => found.map(|found| Credential {
+                    found,
+                    scope_permissions: None,
+                }),
+                Err(error) => return ApiError(error.into()).into_response(),
+            },
+        }
+    } else {
+        match access_token(&app, &token).await {
+            Ok(credential) => credential,
+            Err(response) => return response,
+        }
+    };
+    let Some(Credential {
+        found,
+        scope_permissions,
+    }) = credential
+    else {
+        return failed(
+            &app,
+            client_ip,
+            "invalid, revoked or expired API key or access token",
+            true,
+        )
+        .await;
     };
     let key = &found.key;
     // The session's mode: the `X-Mneme-Mode` header, else the key's default.
@@ -203,11 +316,37 @@ pub(crate) async fn require_principal(
         key_id: key.id,
         group_key_ids: found.group_key_ids.clone(),
         user_id: None,
-        permissions: key.permissions.clone(),
+        permissions: match &scope_permissions {
+            None => key.permissions.clone(),
+            Some(granted) => narrowed(&key.permissions, granted),
+        },
         workspace: key.default_workspace.clone(),
         mode,
         session_id,
         agent_id: DEFAULT_AGENT_ID.to_owned(),
     });
     next.run(request).await
+}
+
+/// The key an access token acts as, if the token verifies and the key may
+/// still be used (revocation and suspension apply at once, up to the
+/// resolver's cache lifetime).
+async fn access_token(app: &App, token: &str) -> Result<Option<Credential>, Response> {
+    let Ok(claims) = app.oauth.keys.verify(token) else {
+        return Ok(None);
+    };
+    match app.keys.resolve_id(claims.tenant_id, claims.key_id).await {
+        Ok(found) => Ok(found.map(|found| Credential {
+            found,
+            scope_permissions: Some(crate::oauth::scope_permissions(&claims.scope)),
+        })),
+        Err(error) => Err(ApiError(error.into()).into_response()),
+    }
+}
+
+/// The key's permissions that the granted scope covers: a token never
+/// exceeds its key, and `memory:admin` is needed for admin tools.
+fn narrowed(key: &[Permission], granted: &[Permission]) -> Vec<Permission> {
+    let key_has = |p: Permission| key.contains(&p) || key.contains(&Permission::Admin);
+    granted.iter().copied().filter(|p| key_has(*p)).collect()
 }

@@ -18,6 +18,8 @@
 //!
 //! - `session`: MCP sessions shared by all pods (Redis), same-id recovery.
 //! - `limits`: rate limits and daily quotas (Redis, local fallback).
+//! - `oauth`: the OAuth 2.1 authorization server (metadata, registration,
+//!   sign-in and consent, tokens) whose access tokens `auth` accepts.
 //! - `hygiene`: Origin/Host checks, CORS, the answer to a panicked handler.
 //! - `sse`: the legacy HTTP+SSE transport (`/sse`, `/message`).
 //! - `jsonrpc`: the peek at each MCP message and the gateway's own
@@ -40,6 +42,7 @@ mod jsonrpc;
 mod limits;
 mod mcp;
 mod metrics;
+mod oauth;
 mod rest;
 mod session;
 mod sse;
@@ -80,6 +83,7 @@ pub struct App {
     backends: Backends,
     sessions: Arc<session::SessionLayer>,
     limiter: Arc<limits::Limiter>,
+    oauth: oauth::Shared,
     sse: Arc<sse::SseStreams>,
     /// Cancelled when the gateway shuts down: ends open streams.
     shutdown: CancellationToken,
@@ -100,9 +104,11 @@ impl App {
         backends: Backends,
         config: &Config,
         internal_token: &str,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let gateway = &config.gateway;
-        Self {
+        let oauth = oauth::OAuth::new(config, store.clone(), cache.clone(), internal_token)?;
+        Ok(Self {
+            oauth: Arc::new(oauth),
             keys: auth::KeyResolver::new(store.clone(), gateway.auth_cache),
             sessions: Arc::new(session::SessionLayer::new(
                 cache.clone(),
@@ -122,7 +128,7 @@ impl App {
             public_url: gateway.public_url.clone(),
             limits: catalog::PublicLimits::from_config(config),
             accepting: Arc::new(AtomicBool::new(true)),
-        }
+        })
     }
 }
 
@@ -157,6 +163,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
     let rest = rest::routes().layer(limit()).layer(authenticate());
     Router::new()
         .merge(health::routes())
+        .merge(oauth::routes())
         .merge(mcp_routes)
         .merge(rest)
         .with_state(app)
@@ -277,7 +284,7 @@ pub async fn run(
         config.gateway.backend_timeout,
     )?;
     let cache = Cache::from_config(&config.redis).await?;
-    let app = App::new(store, cache, backends, &config, token.expose());
+    let app = App::new(store, cache, backends, &config, token.expose())?;
     serve(app, &config, listener, shutdown).await
 }
 

@@ -54,6 +54,8 @@ enum Scope {
     Writes,
     Daily,
     Ip,
+    /// An unauthenticated endpoint, per client address.
+    Address,
 }
 
 impl Scope {
@@ -64,6 +66,7 @@ impl Scope {
             Scope::Writes => "writes",
             Scope::Daily => "daily",
             Scope::Ip => "ip",
+            Scope::Address => "address",
         }
     }
 
@@ -74,6 +77,7 @@ impl Scope {
             Scope::Writes => "Too many requests: the API key's limit on writing tools is reached",
             Scope::Daily => "Too many requests: the API key's daily tool-call limit is reached",
             Scope::Ip => "Too many requests: too many failed authentications from this address",
+            Scope::Address => "Too many requests from this address",
         }
     }
 }
@@ -351,6 +355,30 @@ impl Limiter {
             },
             None,
         ))
+    }
+
+    /// Counts a request of an unauthenticated endpoint (`name`) against the
+    /// client's address: `Some(429)` once `limit` per window is reached.
+    pub(crate) async fn admit_address(
+        &self,
+        name: &str,
+        ip: IpAddr,
+        limit: u32,
+    ) -> Option<Response> {
+        let (index, reset) = self.window();
+        let planned = [Planned {
+            scope: Scope::Address,
+            bucket: Bucket {
+                key: self
+                    .cache
+                    .rate_limit_key(&ip.to_string(), &[name, &index.to_string()]),
+                limit,
+                ttl: self.config.window * 2,
+            },
+            reset,
+        }];
+        let decision = self.admit(&planned).await;
+        (!decision.allowed).then(|| too_many(&decision, None))
     }
 
     fn local_count(&self, key: &str) -> u32 {

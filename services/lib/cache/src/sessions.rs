@@ -145,3 +145,34 @@ impl Cache {
         Ok(())
     }
 }
+
+impl Cache {
+    fn oauth_code_key(&self, code_hash: &str) -> String {
+        self.key(&["oauth-code", code_hash])
+    }
+
+    /// Stores an authorization code's grant (by the code's hash) for `ttl`.
+    pub async fn put_oauth_code(
+        &self,
+        code_hash: &str,
+        grant: &str,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        self.client
+            .set::<(), _, _>(
+                self.oauth_code_key(code_hash),
+                grant,
+                Some(Expiration::PX(millis(ttl))),
+                None,
+                false,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Takes a code's grant: the first caller gets it, every later one
+    /// `None` (codes work once).
+    pub async fn take_oauth_code(&self, code_hash: &str) -> Result<Option<String>, CacheError> {
+        Ok(self.client.getdel(self.oauth_code_key(code_hash)).await?)
+    }
+}

@@ -285,6 +285,23 @@ pub struct GatewayConfig {
     pub shutdown_grace: Duration,
     pub sessions: SessionConfig,
     pub rate_limits: RateLimitConfig,
+    pub oauth: OAuthConfig,
+    /// Caller-supplied URLs may point at private addresses (tests only).
+    pub outbound_allow_private: bool,
+}
+
+/// The OAuth authorization server's keys and lifetimes.
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    /// PKCS#8 PEM; `None` derives the key from the internal token.
+    pub signing_key: Option<Secret>,
+    /// Public keys (`x`, base64url) that still verify.
+    pub previous_keys: Vec<String>,
+    pub access_token_ttl: Duration,
+    pub refresh_token_ttl: Duration,
+    pub code_ttl: Duration,
+    pub client_idle: Duration,
+    pub register_per_ip: u32,
 }
 
 /// MCP sessions of the legacy protocol revisions.
@@ -647,6 +664,16 @@ impl Config {
                 ttl: r.secs(settings::SESSION_TTL_SECS),
                 worker_idle: r.secs(settings::SESSION_WORKER_IDLE_SECS),
                 reuse_by_token: r.flag(settings::SESSION_REUSE_BY_TOKEN),
+            },
+            outbound_allow_private: r.flag(settings::OUTBOUND_ALLOW_PRIVATE),
+            oauth: OAuthConfig {
+                signing_key: r.raw(settings::OAUTH_SIGNING_KEY).map(Secret::new),
+                previous_keys: r.list(settings::OAUTH_PREVIOUS_KEYS).unwrap_or_default(),
+                access_token_ttl: r.secs(settings::OAUTH_ACCESS_TOKEN_TTL_SECS),
+                refresh_token_ttl: r.secs(settings::OAUTH_REFRESH_TOKEN_TTL_SECS),
+                code_ttl: r.secs(settings::OAUTH_CODE_TTL_SECS),
+                client_idle: r.secs(settings::OAUTH_CLIENT_IDLE_DAYS) * 86_400,
+                register_per_ip: r.positive_u32(settings::RATE_LIMIT_REGISTER_IP),
             },
             rate_limits: RateLimitConfig {
                 window: r.secs(settings::RATE_LIMIT_WINDOW_SECS),

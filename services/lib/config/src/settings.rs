@@ -97,6 +97,24 @@ settings! {
         USAGE_FLUSH_SECS = "MNEME_USAGE_FLUSH_SECS", Some("30"),
             "How often each gateway pod adds its counted tool calls to `api_key_usage` (the durable daily usage record; `daily_call_limit` is enforced from Redis).";
     }
+    "OAuth" {
+        OAUTH_SIGNING_KEY = "MNEME_OAUTH_SIGNING_KEY", None,
+            "Ed25519 private key (PKCS#8 PEM) that signs OAuth access tokens. Defaults to a key derived from `MNEME_INTERNAL_TOKEN`, so every pod of a deployment signs and verifies alike without another secret.";
+        OAUTH_PREVIOUS_KEYS = "MNEME_OAUTH_PREVIOUS_KEYS", None,
+            "Comma-separated public keys (the `x` of their JWKS entries) of earlier signing keys: tokens they signed stay valid until they expire. Set it when rotating the signing key.";
+        OAUTH_ACCESS_TOKEN_TTL_SECS = "MNEME_OAUTH_ACCESS_TOKEN_TTL_SECS", Some("3600"),
+            "Lifetime of an OAuth access token, in seconds. Revoking its key or suspending its tenant stops it at once regardless.";
+        OAUTH_REFRESH_TOKEN_TTL_SECS = "MNEME_OAUTH_REFRESH_TOKEN_TTL_SECS", Some("7776000"),
+            "Lifetime of an OAuth refresh token, in seconds (90 days); every use replaces it with a new one.";
+        OAUTH_CODE_TTL_SECS = "MNEME_OAUTH_CODE_TTL_SECS", Some("600"),
+            "Lifetime of an authorization code, in seconds; each code works once.";
+        OAUTH_CLIENT_IDLE_DAYS = "MNEME_OAUTH_CLIENT_IDLE_DAYS", Some("90"),
+            "Registered OAuth clients unused for this many days are deleted (connectors register again when told their client is unknown).";
+        RATE_LIMIT_REGISTER_IP = "MNEME_RATE_LIMIT_REGISTER_IP", Some("120"),
+            "Client registrations (`/register`) per client IP and rate-limit window. Generous on purpose: every claude.ai or ChatGPT user's connector registers from the host's few shared addresses.";
+        OUTBOUND_ALLOW_PRIVATE = "MNEME_OUTBOUND_ALLOW_PRIVATE", Some("false"),
+            "Let mneme fetch URLs that callers supply (OAuth client metadata documents) on loopback, private and link-local addresses and over plain http. Only for tests and closed networks: it opens the door to server-side request forgery.";
+    }
     "Internal authentication" {
         INTERNAL_TOKEN = "MNEME_INTERNAL_TOKEN", None,
             "Shared secret (at least 32 characters) that signs the caller's principal on gateway→backend calls. Required for separate services; `mneme up` generates one per process when unset.";

@@ -195,6 +195,48 @@ pub async fn authenticate(client: &mut Object, raw: &str) -> Result<Option<Authe
     }))
 }
 
+/// The key `key_id` of `tenant_id` when it may still be used (active, not
+/// expired, tenant active): how OAuth access tokens, which name their key,
+/// find it.
+pub async fn authenticate_by_id(
+    client: &mut Object,
+    tenant_id: Uuid,
+    key_id: Uuid,
+) -> Result<Option<Authenticated>> {
+    let tx = TenantTx::begin(client, tenant_id).await?;
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {COLUMNS}, t.tenant_status, t.tenant_rate_limit
+                   FROM mneme.api_keys k,
+                        LATERAL (SELECT status AS tenant_status, rate_limit AS tenant_rate_limit
+                                   FROM mneme.tenants WHERE tenants.id = k.tenant_id) t
+                  WHERE tenant_id = $1 AND id = $2"
+            ),
+            &[&tenant_id, &key_id],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let tenant_status: String = row.get("tenant_status");
+    let tenant_rate_limit: Option<i32> = row.get("tenant_rate_limit");
+    let key = ApiKey::try_from(row)?;
+    let usable = key.status == "active"
+        && tenant_status == "active"
+        && key.expires_at.is_none_or(|at| at > Utc::now());
+    if !usable {
+        return Ok(None);
+    }
+    let group_key_ids = crate::key_groups::peers(&*tx, key.tenant_id, key.id).await?;
+    tx.commit().await?;
+    Ok(Some(Authenticated {
+        key,
+        group_key_ids,
+        tenant_rate_limit,
+    }))
+}
+
 /// The key's fragment quota (`None`: unlimited). With `lock`, the key row is
 /// locked until the transaction ends, so writers near the limit take turns
 /// and the count they check cannot change under them.

@@ -9,7 +9,8 @@
 //!   [`search_thresholds`] (the adaptive similarity floor), [`feedback`]
 //!   (tool and task feedback, link reconsolidation), [`consolidation`]
 //!   (leases, run history and the maintenance stages), [`claims`] (the
-//!   symbolic layer's claims), [`usage`] (tool calls per key and day);
+//!   symbolic layer's claims), [`usage`] (tool calls per key and day),
+//!   [`oauth`] (OAuth clients and refresh tokens);
 //!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -28,6 +29,7 @@ pub mod fragments;
 pub mod key_groups;
 pub mod links;
 pub mod migrate;
+pub mod oauth;
 pub mod search_events;
 pub mod search_thresholds;
 pub mod stats;

@@ -1,0 +1,552 @@
+//! The OAuth flow as a connector drives it: discovery from a 401, client
+//! registration (RFC 7591) or a client-ID metadata document, the sign-in and
+//! consent page, the token endpoint with PKCE, MCP calls with the access
+//! token, refresh-token rotation and reuse detection — and the refusals
+//! that keep it safe.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use mneme_e2e_tests::Stack;
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use reqwest::redirect::Policy;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const CALLBACK: &str = "http://127.0.0.1:9/callback";
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// What a connector learns from the 401 and the metadata documents.
+struct Endpoints {
+    authorize: String,
+    token: String,
+    register: String,
+    revoke: String,
+    resource: String,
+}
+
+async fn discover(stack: &Stack) -> Endpoints {
+    let unauthorized = http()
+        .post(stack.mcp_url())
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status(), 401);
+    let challenge = unauthorized.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let metadata_url = challenge
+        .split("resource_metadata=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the challenge names the resource metadata");
+    assert!(
+        metadata_url.starts_with("http://"),
+        "absolute: {metadata_url}"
+    );
+    assert!(challenge.contains("scope=\""), "{challenge}");
+    let resource: Value = http()
+        .get(metadata_url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resource["resource"], stack.mcp_url());
+    let issuer = resource["authorization_servers"][0].as_str().unwrap();
+    let server: Value = http()
+        .get(format!("{issuer}/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(server["code_challenge_methods_supported"], json!(["S256"]));
+    assert_eq!(server["client_id_metadata_document_supported"], true);
+    assert_eq!(
+        server["authorization_response_iss_parameter_supported"],
+        true
+    );
+    let jwks: Value = http()
+        .get(server["jwks_uri"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
+    let endpoint = |name: &str| server[name].as_str().unwrap().to_owned();
+    Endpoints {
+        authorize: endpoint("authorization_endpoint"),
+        token: endpoint("token_endpoint"),
+        register: endpoint("registration_endpoint"),
+        revoke: endpoint("revocation_endpoint"),
+        resource: stack.mcp_url(),
+    }
+}
+
+async fn register(endpoints: &Endpoints, bearer: Option<&str>) -> String {
+    let mut request = http().post(&endpoints.register).json(&json!({
+        "client_name": "Test connector",
+        "redirect_uris": [CALLBACK],
+        "token_endpoint_auth_method": "none",
+    }));
+    if let Some(key) = bearer {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    body["client_id"].as_str().unwrap().to_owned()
+}
+
+fn pkce() -> (String, String) {
+    let verifier = URL_SAFE_NO_PAD.encode(rand_bytes());
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+fn rand_bytes() -> [u8; 48] {
+    let mut bytes = [0u8; 48];
+    for (i, b) in uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .chain(uuid::Uuid::new_v4().as_bytes())
+        .chain(uuid::Uuid::new_v4().as_bytes())
+        .enumerate()
+    {
+        bytes[i] = *b;
+    }
+    bytes
+}
+
+/// The sign-in page as a browser gets it: the form's hidden fields and the
+/// cookie the form is bound to.
+struct Page {
+    status: u16,
+    html: String,
+    fields: HashMap<String, String>,
+    cookie: Option<String>,
+}
+
+fn hidden_fields(html: &str) -> HashMap<String, String> {
+    html.split("<input type=\"hidden\" ")
+        .skip(1)
+        .filter_map(|tag| {
+            let name = tag.split("name=\"").nth(1)?.split('"').next()?;
+            let value = tag.split("value=\"").nth(1)?.split('"').next()?;
+            Some((
+                name.to_owned(),
+                value.replace("&amp;", "&").replace("&quot;", "\""),
+            ))
+        })
+        .collect()
+}
+
+async fn open_page(
+    endpoints: &Endpoints,
+    client_id: &str,
+    redirect_uri: &str,
+    challenge: &str,
+) -> Page {
+    let response = http()
+        .get(&endpoints.authorize)
+        .query(&[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", redirect_uri),
+            ("code_challenge", challenge),
+            ("code_challenge_method", "S256"),
+            ("state", "xyz"),
+            ("scope", "memory:read memory:write offline_access"),
+            ("resource", &endpoints.resource),
+            ("prompt", "consent"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    if status == 200 {
+        let csp = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    }
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned());
+    let html = response.text().await.unwrap();
+    Page {
+        status,
+        fields: hidden_fields(&html),
+        html,
+        cookie,
+    }
+}
+
+/// Submits the page; the `Location` of the answer, or the page shown again.
+async fn submit(
+    endpoints: &Endpoints,
+    page: &Page,
+    api_key: &str,
+    decision: &str,
+) -> Result<reqwest::Url, (u16, String)> {
+    let mut form = page.fields.clone();
+    form.insert("api_key".into(), api_key.into());
+    form.insert("decision".into(), decision.into());
+    let mut request = http().post(&endpoints.authorize).form(&form);
+    if let Some(cookie) = &page.cookie {
+        request = request.header("cookie", cookie);
+    }
+    let response = request.send().await.unwrap();
+    if response.status().is_redirection() {
+        let location = response.headers()["location"].to_str().unwrap();
+        return Ok(reqwest::Url::parse(location).unwrap());
+    }
+    Err((response.status().as_u16(), response.text().await.unwrap()))
+}
+
+fn query(url: &reqwest::Url, name: &str) -> Option<String> {
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+async fn token(endpoints: &Endpoints, form: &[(&str, &str)]) -> (u16, Value) {
+    let response = http()
+        .post(&endpoints.token)
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// Runs sign-in and consent; the authorization code.
+async fn authorize(
+    endpoints: &Endpoints,
+    client_id: &str,
+    api_key: &str,
+    challenge: &str,
+) -> String {
+    let page = open_page(endpoints, client_id, CALLBACK, challenge).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(page.html.contains("Test connector") || page.html.contains("127.0.0.1"));
+    let location = submit(endpoints, &page, api_key, "allow")
+        .await
+        .expect("a redirect to the client");
+    assert_eq!(location.as_str().split('?').next().unwrap(), CALLBACK);
+    assert_eq!(query(&location, "state").as_deref(), Some("xyz"));
+    assert!(query(&location, "iss").is_some(), "RFC 9207 iss");
+    query(&location, "code").expect("a code")
+}
+
+#[tokio::test]
+async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_refresh_token_revokes_the_family()
+ {
+    let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "0")]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+
+    // A wrong verifier does not redeem the code, and…
+    let (status, body) = token(
+        &endpoints,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &client_id),
+            ("redirect_uri", CALLBACK),
+            (
+                "code_verifier",
+                "a-wrong-verifier-that-is-long-enough-to-pass-the-length-check",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant"))
+    );
+    // …codes work once: the failed attempt used it up.
+    let (status, _) = token(
+        &endpoints,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &client_id),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", &verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "a code is single-use");
+
+    let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+    let (status, tokens) = token(
+        &endpoints,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &client_id),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", &verifier),
+            ("resource", &endpoints.resource),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{tokens}");
+    assert_eq!(tokens["token_type"], "Bearer");
+    assert_eq!(tokens["scope"], "memory:read memory:write");
+    let access = tokens["access_token"].as_str().unwrap();
+
+    // The access token works like the key it acts as.
+    let mcp = stack.mcp(access).await;
+    let id = mcp
+        .remember_new("The connector stored this through OAuth.", "oauth", "fact")
+        .await;
+    let recalled = mcp
+        .ok("recall", json!({"text": "stored through OAuth"}))
+        .await;
+    assert_eq!(mneme_e2e_tests::fragment_ids(&recalled)[0], id);
+
+    // Refresh rotates; presenting a replaced token revokes the family.
+    let first_refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
+    let (status, rotated) = token(
+        &endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &first_refresh),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{rotated}");
+    let second_refresh = rotated["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(second_refresh, first_refresh);
+    let (status, reused) = token(
+        &endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &first_refresh),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, reused["error"].as_str()),
+        (400, Some("invalid_grant"))
+    );
+    let (status, _) = token(
+        &endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &second_refresh),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "the whole family is revoked");
+
+    // An unknown client must register again.
+    let (status, body) = token(
+        &endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &second_refresh),
+            ("client_id", "nobody"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
+
+    // Revoking the key stops its tokens at once.
+    let mut db = stack.db.store().client().await.unwrap();
+    let tx = mneme_store::TenantTx::begin(&mut db, acme.tenant_id)
+        .await
+        .unwrap();
+    assert!(
+        mneme_store::api_keys::revoke(&tx, acme.key_id)
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    let refused = http()
+        .post(stack.mcp_url())
+        .bearer_auth(rotated["access_token"].as_str().unwrap())
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let _ = endpoints.revoke;
+}
+
+#[tokio::test]
+async fn the_page_refuses_unknown_redirects_foreign_keys_forged_forms_and_denials_go_back_to_the_client()
+ {
+    let stack = Stack::start("hash", &[]).await;
+    let store = stack.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let (_, challenge) = pkce();
+
+    // A redirect URI the client never registered: shown, never followed.
+    let client_id = register(&endpoints, None).await;
+    let page = open_page(
+        &endpoints,
+        &client_id,
+        "https://evil.example/steal",
+        &challenge,
+    )
+    .await;
+    assert_eq!(page.status, 400);
+    assert!(page.fields.is_empty());
+
+    // An unknown client.
+    let page = open_page(&endpoints, "not-registered", CALLBACK, &challenge).await;
+    assert_eq!(page.status, 400);
+
+    // A client bound to acme's key cannot be used with globex's.
+    let bound = register(&endpoints, Some(&acme.api_key)).await;
+    let page = open_page(&endpoints, &bound, CALLBACK, &challenge).await;
+    let (status, html) = submit(&endpoints, &page, &globex.api_key, "allow")
+        .await
+        .unwrap_err();
+    assert_eq!(status, 200);
+    assert!(html.contains("another API key"), "{html}");
+
+    // A form without its cookie (a cross-site submission) is refused.
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let forged = Page {
+        cookie: None,
+        ..page
+    };
+    let (status, _) = submit(&endpoints, &forged, &acme.api_key, "allow")
+        .await
+        .unwrap_err();
+    assert_eq!(status, 403);
+
+    // A wrong key is shown again; a denial returns access_denied.
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let (_, html) = submit(
+        &endpoints,
+        &page,
+        "mn_wrongkeywrong_wrongwrongwrongwrongwrongwrong",
+        "allow",
+    )
+    .await
+    .unwrap_err();
+    assert!(html.contains("not valid"), "{html}");
+    let denied = submit(&endpoints, &page, "", "deny").await.unwrap();
+    assert_eq!(query(&denied, "error").as_deref(), Some("access_denied"));
+
+    // PKCE is required, and the resource must be this server.
+    let response = http()
+        .get(&endpoints.authorize)
+        .query(&[
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", CALLBACK),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let location = reqwest::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+    assert_eq!(
+        query(&location, "error").as_deref(),
+        Some("invalid_request")
+    );
+    let response = http()
+        .get(&endpoints.authorize)
+        .query(&[
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", CALLBACK),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("resource", "https://other.example/mcp"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let location = reqwest::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+    assert_eq!(query(&location, "error").as_deref(), Some("invalid_target"));
+}
+
+#[tokio::test]
+async fn a_client_id_metadata_document_is_fetched_and_private_addresses_are_refused_without_the_allowance()
+ {
+    // The test serves the client's metadata document itself, on loopback.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let document_url = format!("http://{}/client.json", listener.local_addr().unwrap());
+    let document = json!({
+        "client_id": document_url,
+        "client_name": "Metadata document client",
+        "redirect_uris": [CALLBACK],
+        "token_endpoint_auth_method": "none",
+    });
+    let app = axum::Router::new().route(
+        "/client.json",
+        axum::routing::get(move || {
+            let document = document.clone();
+            async move { axum::Json(document) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    // Without the allowance, a loopback document is refused (SSRF guard).
+    let guarded = Stack::start("hash", &[]).await;
+    let endpoints = discover(&guarded).await;
+    let (_, challenge) = pkce();
+    let page = open_page(&endpoints, &document_url, CALLBACK, &challenge).await;
+    assert_eq!(page.status, 400, "{}", page.html);
+    guarded.shutdown().await.unwrap();
+
+    let stack = Stack::start("hash", &[("MNEME_OUTBOUND_ALLOW_PRIVATE", "true")]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let (verifier, challenge) = pkce();
+    let page = open_page(&endpoints, &document_url, CALLBACK, &challenge).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(page.html.contains("Metadata document client"));
+    let location = submit(&endpoints, &page, &acme.api_key, "allow")
+        .await
+        .unwrap();
+    let code = query(&location, "code").unwrap();
+    let (status, tokens) = token(
+        &endpoints,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &document_url),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", &verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{tokens}");
+    let mcp = stack.mcp(tokens["access_token"].as_str().unwrap()).await;
+    mcp.ok("recall", json!({"text": "anything"})).await;
+}
