@@ -98,6 +98,7 @@ pub enum Stage {
     ContradictionAdjudication,
     SupersessionReview,
     SearchEventsGc,
+    OAuthTokenGc,
 }
 
 /// The stages, in the order they run: tiers, decay and feedback first, so
@@ -115,6 +116,7 @@ pub const STAGES: &[Stage] = &[
     Stage::ContradictionAdjudication,
     Stage::SupersessionReview,
     Stage::SearchEventsGc,
+    Stage::OAuthTokenGc,
 ];
 
 impl Stage {
@@ -140,6 +142,7 @@ impl Stage {
             Stage::ContradictionAdjudication => "contradiction_adjudication",
             Stage::SupersessionReview => "supersession_review",
             Stage::SearchEventsGc => "search_events_gc",
+            Stage::OAuthTokenGc => "oauth_token_gc",
         }
     }
 
@@ -162,6 +165,8 @@ impl Stage {
             // Their work is the model's answers: see `Consolidator::prepare`.
             Stage::ContradictionAdjudication | Stage::SupersessionReview => Ok(0),
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
+            // Expired refresh tokens can never be used again.
+            Stage::OAuthTokenGc => mneme_store::oauth::delete_expired_refresh_tokens(tx, now).await,
         }
     }
 }

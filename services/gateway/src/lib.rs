@@ -249,6 +249,9 @@ pub async fn serve(
     Ok(())
 }
 
+/// The pod's housekeeping: tallied tool calls into `api_key_usage` every
+/// `every`, and OAuth clients unused for `MNEME_OAUTH_CLIENT_IDLE_DAYS`
+/// pruned hourly (every pod may do it; the delete is idempotent).
 fn spawn_usage_flusher(
     app: &App,
     every: Duration,
@@ -256,17 +259,38 @@ fn spawn_usage_flusher(
 ) -> tokio::task::JoinHandle<()> {
     let limiter = app.limiter.clone();
     let store = app.store.clone();
+    let client_idle = app.oauth.config.client_idle;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut prune = tokio::time::interval(CLIENT_PRUNE_INTERVAL);
+        prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tokio::select! {
                 _ = tick.tick() => limiter.flush_usage(&store).await,
+                _ = prune.tick() => prune_oauth_clients(&store, client_idle).await,
                 () = stop.cancelled() => return,
             }
         }
     })
+}
+
+const CLIENT_PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+async fn prune_oauth_clients(store: &Store, idle: Duration) {
+    let cutoff =
+        chrono::Utc::now() - chrono::Duration::from_std(idle).unwrap_or(chrono::Duration::days(90));
+    let pruned = async {
+        let db = store.client().await?;
+        mneme_store::oauth::prune_clients(&db, cutoff).await
+    }
+    .await;
+    match pruned {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(count, "unused OAuth clients pruned"),
+        Err(error) => tracing::warn!(%error, "OAuth client pruning failed"),
+    }
 }
 
 /// Runs the gateway as its own process.
