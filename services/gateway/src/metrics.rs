@@ -23,6 +23,8 @@ pub(crate) struct Metrics {
     pub(crate) requests: HistogramVec,
     /// Legacy HTTP+SSE streams open on this pod.
     pub(crate) sse_streams: IntGauge,
+    /// MCP sessions whose worker this pod holds in memory.
+    pub(crate) sessions_in_memory: IntGauge,
 }
 
 pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -63,6 +65,13 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         IntGauge::new(
             "mneme_sse_streams",
             "Legacy HTTP+SSE streams open on this gateway pod.",
+        )
+        .expect("valid metric"),
+    ),
+    sessions_in_memory: register(
+        IntGauge::new(
+            "mneme_mcp_sessions_in_memory",
+            "MCP sessions whose worker this gateway pod holds in memory (the rest live in Redis).",
         )
         .expect("valid metric"),
     ),

@@ -126,6 +126,14 @@ impl Sessions {
     fn config(&self) -> SessionConfig {
         self.local.session_config.clone()
     }
+
+    /// Publishes how many sessions this pod holds in memory.
+    async fn count(&self) {
+        let held = self.local.sessions.read().await.len();
+        METRICS
+            .sessions_in_memory
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
 }
 
 impl SessionManager for Sessions {
@@ -136,6 +144,7 @@ impl SessionManager for Sessions {
         let id: SessionId = self.ids.issue().into();
         let (handle, worker) = create_local_session(id.clone(), self.config());
         self.local.sessions.write().await.insert(id.clone(), handle);
+        self.count().await;
         Ok((id, WorkerTransport::spawn(worker)))
     }
 
@@ -152,7 +161,9 @@ impl SessionManager for Sessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.local.close_session(id).await
+        let closed = self.local.close_session(id).await;
+        self.count().await;
+        closed
     }
 
     async fn create_stream(
@@ -193,7 +204,9 @@ impl SessionManager for Sessions {
         &self,
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        self.local.restore_session(id).await
+        let restored = self.local.restore_session(id).await;
+        self.count().await;
+        restored
     }
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
@@ -484,8 +497,13 @@ async fn continue_session(
             return forbidden(&principal, call.as_ref());
         }
         Ok(Some(record)) => {
+            // A version newer than the negotiated one would ask for
+            // behaviour the session never agreed to. Older ones are served:
+            // the spec requires 400 only for unsupported versions, and
+            // clients (the official conformance suite among them) fall back
+            // to the transport's default header after negotiating.
             if let Some(version) = &presented_version
-                && *version != record.protocol_version
+                && version.as_str() > record.protocol_version.as_str()
                 && !call.as_ref().is_some_and(McpCall::is_initialize)
             {
                 metrics::session("version_mismatch");
@@ -497,7 +515,7 @@ async fn continue_session(
                     StatusCode::BAD_REQUEST,
                     jsonrpc::SERVER_ERROR,
                     &format!(
-                        "Bad Request: MCP-Protocol-Version {version} does not match the session's {}",
+                        "Bad Request: MCP-Protocol-Version {version} is newer than the session's {}",
                         record.protocol_version
                     ),
                     call.as_ref().and_then(|c| c.id.as_ref()),

@@ -76,3 +76,53 @@ async fn foreign_origins_and_hosts_are_refused_and_allowed_origins_get_cors() {
         "https://claude.ai"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_refusals_and_rate_limits_show_in_the_pods_metrics() {
+    let fleet = Fleet::start().await;
+    let acme = mneme_test_support::create_tenant(
+        &fleet.db.store(),
+        "acme",
+        mneme_test_support::ALL_PERMISSIONS,
+    )
+    .await;
+    let metrics_port = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let pod = fleet
+        .pod(&[("MNEME_METRICS_ADDR", metrics_addr.as_str())])
+        .await;
+    pod.initialize(&acme.api_key).await;
+    let unknown = pod
+        .post(
+            &acme.api_key,
+            Some("not-a-session"),
+            &[],
+            &common::request(2, "tools/list", serde_json::json!({})),
+        )
+        .await;
+    assert_eq!(unknown.status, 404);
+
+    let metrics = reqwest::get(format!("http://{metrics_addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for expected in [
+        r#"mneme_mcp_sessions_total{outcome="created"} 1"#,
+        r#"mneme_mcp_sessions_total{outcome="unknown"} 1"#,
+        "mneme_mcp_sessions_in_memory 1",
+        r#"mneme_rate_limit_decisions_total{backend="redis",decision="allowed",scope="key"}"#,
+        r#"mneme_mcp_request_seconds_count{method="initialize",status="200"} 1"#,
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "missing `{expected}` in:\n{metrics}"
+        );
+    }
+}

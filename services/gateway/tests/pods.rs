@@ -74,12 +74,12 @@ async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their
     assert_eq!(unknown.status, 404, "{unknown:?}");
     assert_eq!(unknown.error_code(), Some(-32000));
 
-    // A version other than the negotiated one: 400.
+    // A version newer than the negotiated one: 400.
     let mismatched = pod_b
         .post(
             &acme.api_key,
             Some(&session),
-            &[("mcp-protocol-version", "2025-03-26")],
+            &[("mcp-protocol-version", "2025-11-25")],
             &tools_list(6),
         )
         .await;
@@ -313,4 +313,94 @@ async fn legacy_sse_streams_take_messages_sent_to_any_pod_and_only_from_their_ke
         .await;
     assert_eq!(invented.status, 404, "{invented:?}");
     assert!(!stream.session_id().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daily_call_limits_count_tool_calls_on_every_pod_and_usage_reaches_the_database() {
+    let fleet = Fleet::start().await;
+    let acme = create_tenant(&fleet.db.store(), "acme", ALL_PERMISSIONS).await;
+    {
+        let mut db = fleet.db.store().client().await.unwrap();
+        let tx = mneme_store::TenantTx::begin(&mut db, acme.tenant_id)
+            .await
+            .unwrap();
+        let updated = tx
+            .execute(
+                "UPDATE mneme.api_keys SET daily_call_limit = 3 WHERE tenant_id = $1 AND id = $2",
+                &[&acme.tenant_id, &acme.key_id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(updated, 1);
+        tx.commit().await.unwrap();
+    }
+    let settings = [
+        ("MNEME_USAGE_FLUSH_SECS", "1"),
+        ("MNEME_AUTH_CACHE_SECS", "0"),
+    ];
+    let (pod_a, pod_b) = (fleet.pod(&settings).await, fleet.pod(&settings).await);
+    let version = [("mcp-protocol-version", "2025-06-18")];
+    let session = pod_a.initialize(&acme.api_key).await;
+
+    // Listing tools is not a tool call: it does not count.
+    for id in 0..5 {
+        let listed = pod_b
+            .post(&acme.api_key, Some(&session), &version, &tools_list(id))
+            .await;
+        assert_eq!(listed.status, 200);
+    }
+    let mut statuses = Vec::new();
+    for id in 0..4 {
+        let pod = if id % 2 == 0 { &pod_a } else { &pod_b };
+        let call = request(
+            100 + id,
+            "tools/call",
+            json!({"name": "recall", "arguments": {"text": "anything"}}),
+        );
+        let reply = pod
+            .post(&acme.api_key, Some(&session), &version, &call)
+            .await;
+        if reply.status == 429 {
+            assert!(reply.header("retry-after").is_some());
+            assert!(
+                reply.message.as_ref().unwrap()["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("daily"),
+                "{reply:?}"
+            );
+        }
+        statuses.push(reply.status);
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429],
+        "three tool calls a day, across pods"
+    );
+
+    // Each pod adds its tally to api_key_usage.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let recorded = fleet
+            .db
+            .count_rows(acme.tenant_id, "api_key_usage", "tool_calls > 0")
+            .await;
+        let mut db = fleet.db.store().client().await.unwrap();
+        let tx = mneme_store::TenantTx::begin(&mut db, acme.tenant_id)
+            .await
+            .unwrap();
+        let today = chrono::Utc::now().date_naive();
+        let total = mneme_store::usage::tool_calls(&tx, acme.key_id, today)
+            .await
+            .unwrap();
+        drop(tx);
+        if recorded > 0 && total == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "usage recorded: {total} tool calls"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
