@@ -1,13 +1,13 @@
 //! Operator commands against the database: migrations, tenants, keys,
-//! consolidation on demand.
+//! users, consolidation on demand.
 
 use mneme_config::Config;
 use mneme_core::Permission;
 use mneme_store::api_keys::{self, NewKey};
-use mneme_store::{Store, TenantTx, migrate, tenants};
+use mneme_store::{Store, TenantTx, migrate, tenants, users};
 use uuid::Uuid;
 
-use crate::{KeysCommand, TenantsCommand};
+use crate::{KeysCommand, TenantsCommand, UsersCommand};
 
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     let applied = migrate::run(config.database.migrate_url.expose()).await?;
@@ -210,5 +210,106 @@ pub async fn requeue_embeddings(config: &Config, tenant: &str) -> anyhow::Result
     let requeued = mneme_store::fragments::requeue_parked_embeddings(&tx).await?;
     tx.commit().await?;
     println!("{requeued} parked fragments are queued for embedding again");
+    Ok(())
+}
+
+/// The new password: generated (and returned for printing), or the first
+/// line of standard input.
+fn new_password(generate: bool) -> anyhow::Result<(String, bool)> {
+    if generate {
+        let password = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            rand::random::<[u8; 18]>(),
+        );
+        return Ok((password, true));
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']).to_owned();
+    mneme_core::password::validate(&password).map_err(|e| anyhow::anyhow!(e.message))?;
+    Ok((password, false))
+}
+
+async fn hash_password(password: String) -> anyhow::Result<String> {
+    tokio::task::spawn_blocking(move || mneme_core::password::hash(&password))
+        .await?
+        .map_err(|e| anyhow::anyhow!(e.message))
+}
+
+pub async fn users(config: &Config, command: UsersCommand) -> anyhow::Result<()> {
+    let store = store(config)?;
+    match command {
+        UsersCommand::Create {
+            tenant,
+            email,
+            role,
+            generate_password,
+        } => {
+            let role = users::Role::parse(&role)
+                .ok_or_else(|| anyhow::anyhow!("--role must be owner, admin or member"))?;
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let (password, generated) = new_password(generate_password)?;
+            let hash = hash_password(password.clone()).await?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            match users::create(&tx, &email, role, &hash).await {
+                Ok(user) => {
+                    tx.commit().await?;
+                    println!(
+                        "created user {} ({}) in {tenant} as {}",
+                        user.email,
+                        user.id,
+                        role.as_str()
+                    );
+                    if generated {
+                        println!("{password}");
+                    }
+                }
+                Err(error) if error.is_unique_violation() => {
+                    anyhow::bail!("a user with this email already exists")
+                }
+                Err(error) if error.is_check_violation() => {
+                    anyhow::bail!("`{email}` is not a valid email address")
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        UsersCommand::List { tenant } => {
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            for user in users::list(&tx).await? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    user.id,
+                    user.email,
+                    user.role.as_str(),
+                    user.status,
+                    user.last_login_at
+                        .map(|t| t.to_rfc3339())
+                        .unwrap_or_else(|| "never".into())
+                );
+            }
+        }
+        UsersCommand::ResetPassword {
+            tenant,
+            email,
+            generate_password,
+        } => {
+            let tenant_id = tenant_id(&store, &tenant).await?;
+            let (password, generated) = new_password(generate_password)?;
+            let hash = hash_password(password.clone()).await?;
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            if !users::set_password(&tx, &email, &hash).await? {
+                anyhow::bail!("no user `{email}` in tenant `{tenant}`");
+            }
+            tx.commit().await?;
+            println!("password of {email} replaced");
+            if generated {
+                println!("{password}");
+            }
+        }
+    }
     Ok(())
 }

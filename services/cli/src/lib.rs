@@ -1,9 +1,9 @@
 //! The `mneme` command line.
 //!
 //! Layout:
-//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `config`, `tools`).
+//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `users`, `config`, `tools`, …).
 //! - [`up`]: every service in one process, for a single machine.
-//! - [`admin`]: tenant and key management against the database.
+//! - [`admin`]: tenant, key and user management against the database.
 //!
 //! Commands print results for humans on stdout and diagnostics on stderr;
 //! `keys create` prints the new key as the last line of stdout so scripts
@@ -36,6 +36,9 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Manage the people of a tenant (they sign in to approve connectors).
+    #[command(subcommand)]
+    Users(UsersCommand),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -121,6 +124,40 @@ pub enum KeysCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Create a user. The password is read from the first line of standard
+    /// input (at least 12 characters); with `--generate-password`, a random
+    /// one is printed once, as the last line of stdout.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        email: String,
+        /// owner, admin or member.
+        #[arg(long, default_value = "member")]
+        role: String,
+        #[arg(long)]
+        generate_password: bool,
+    },
+    /// List a tenant's users (never their passwords).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Set a new password for a user who lost theirs (an administrator's
+    /// reset). Reads it from standard input, or generates one with
+    /// `--generate-password`.
+    ResetPassword {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        generate_password: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate the environment and print the effective configuration (secrets hidden).
     Check,
@@ -149,6 +186,7 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
         }
         Command::Tenants(command) => admin::tenants(&config, command).await,
         Command::Keys(command) => admin::keys(&config, command).await,
+        Command::Users(command) => admin::users(&config, command).await,
         Command::Config(ConfigCommand::Check) => {
             println!("{config:#?}");
             Ok(())

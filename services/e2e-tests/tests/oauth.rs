@@ -205,14 +205,37 @@ async fn submit(
     api_key: &str,
     decision: &str,
 ) -> Result<reqwest::Url, (u16, String)> {
+    followed(
+        post_page(
+            endpoints,
+            page,
+            &[("api_key", api_key), ("decision", decision)],
+        )
+        .await,
+    )
+    .await
+}
+
+/// Posts the page's form (its hidden fields, `extra`, and its cookie when
+/// the browser kept one).
+async fn post_page(
+    endpoints: &Endpoints,
+    page: &Page,
+    extra: &[(&str, &str)],
+) -> reqwest::Response {
     let mut form = page.fields.clone();
-    form.insert("api_key".into(), api_key.into());
-    form.insert("decision".into(), decision.into());
+    for (name, value) in extra {
+        form.insert((*name).into(), (*value).into());
+    }
     let mut request = http().post(&endpoints.authorize).form(&form);
     if let Some(cookie) = &page.cookie {
         request = request.header("cookie", cookie);
     }
-    let response = request.send().await.unwrap();
+    request.send().await.unwrap()
+}
+
+/// Where a form answer redirects the browser to, or the page it shows.
+async fn followed(response: reqwest::Response) -> Result<reqwest::Url, (u16, String)> {
     if response.status().is_redirection() {
         let location = response.headers()["location"].to_str().unwrap();
         return Ok(reqwest::Url::parse(location).unwrap());
@@ -234,6 +257,26 @@ async fn token(endpoints: &Endpoints, form: &[(&str, &str)]) -> (u16, Value) {
         .await
         .unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// Redeems an authorization code with its PKCE verifier.
+async fn redeem(
+    endpoints: &Endpoints,
+    code: &str,
+    client_id: &str,
+    verifier: &str,
+) -> (u16, Value) {
+    token(
+        endpoints,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("client_id", client_id),
+            ("redirect_uri", CALLBACK),
+            ("code_verifier", verifier),
+        ],
+    )
+    .await
 }
 
 /// Runs sign-in and consent; the authorization code.
@@ -285,17 +328,7 @@ async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_r
         (400, Some("invalid_grant"))
     );
     // …codes work once: the failed attempt used it up.
-    let (status, _) = token(
-        &endpoints,
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("client_id", &client_id),
-            ("redirect_uri", CALLBACK),
-            ("code_verifier", &verifier),
-        ],
-    )
-    .await;
+    let (status, _) = redeem(&endpoints, &code, &client_id, &verifier).await;
     assert_eq!(status, 400, "a code is single-use");
 
     let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
@@ -535,18 +568,156 @@ async fn a_client_id_metadata_document_is_fetched_and_private_addresses_are_refu
         .await
         .unwrap();
     let code = query(&location, "code").unwrap();
-    let (status, tokens) = token(
-        &endpoints,
-        &[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("client_id", &document_url),
-            ("redirect_uri", CALLBACK),
-            ("code_verifier", &verifier),
-        ],
-    )
-    .await;
+    let (status, tokens) = redeem(&endpoints, &code, &document_url, &verifier).await;
     assert_eq!(status, 200, "{tokens}");
     let mcp = stack.mcp(tokens["access_token"].as_str().unwrap()).await;
     mcp.ok("recall", json!({"text": "anything"})).await;
+}
+
+/// Creates a person in `tenant` with `role` and a known password.
+async fn create_user(
+    stack: &Stack,
+    tenant_id: uuid::Uuid,
+    email: &str,
+    role: mneme_store::users::Role,
+) -> &'static str {
+    const PASSWORD: &str = "a long enough password";
+    let hash = mneme_core::password::hash(PASSWORD).unwrap();
+    let mut db = stack.db.store().client().await.unwrap();
+    let tx = mneme_store::TenantTx::begin(&mut db, tenant_id)
+        .await
+        .unwrap();
+    mneme_store::users::create(&tx, email, role, &hash)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    PASSWORD
+}
+
+/// Submits the sign-in step with email and password; the next page.
+async fn sign_in(endpoints: &Endpoints, page: &Page, email: &str, password: &str) -> Page {
+    let extra = [
+        ("email", email),
+        ("password", password),
+        ("decision", "allow"),
+    ];
+    let response = post_page(endpoints, page, &extra).await;
+    let status = response.status().as_u16();
+    let html = response.text().await.unwrap();
+    Page {
+        status,
+        fields: hidden_fields(&html),
+        html,
+        cookie: page.cookie.clone(),
+    }
+}
+
+/// Picks `key` (an id, or `new`) on the key-choice page.
+async fn choose(
+    endpoints: &Endpoints,
+    page: &Page,
+    key: &str,
+) -> Result<reqwest::Url, (u16, String)> {
+    followed(post_page(endpoints, page, &[("key", key), ("decision", "allow")]).await).await
+}
+
+#[tokio::test]
+async fn people_sign_in_with_a_password_and_pick_the_key_the_connector_acts_as() {
+    use mneme_store::users::Role;
+    let stack = Stack::start("hash", &[]).await;
+    let store = stack.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;
+    let owner_password =
+        create_user(&stack, acme.tenant_id, "Owner@Acme.example", Role::Owner).await;
+    let member_password =
+        create_user(&stack, acme.tenant_id, "member@acme.example", Role::Member).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+
+    // A wrong password shows the page again, naming no account.
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let wrong = sign_in(
+        &endpoints,
+        &page,
+        "owner@acme.example",
+        "not the password at all",
+    )
+    .await;
+    assert_eq!(wrong.status, 200);
+    assert!(wrong.html.contains("do not match"), "{}", wrong.html);
+
+    // The owner sees the tenant's keys and may pick one (emails are matched
+    // without regard to case).
+    let choice = sign_in(&endpoints, &page, "OWNER@acme.example", owner_password).await;
+    assert!(
+        choice.html.contains(&acme.key_id.to_string()),
+        "{}",
+        choice.html
+    );
+    assert!(choice.fields.contains_key("ticket"));
+    // A key of another tenant is not among the choices, and picking its id
+    // anyway fails.
+    let (_, html) = choose(&endpoints, &choice, &globex.key_id.to_string())
+        .await
+        .unwrap_err();
+    assert!(html.contains("does not exist"), "{html}");
+    let location = choose(&endpoints, &choice, &acme.key_id.to_string())
+        .await
+        .unwrap();
+    let code = query(&location, "code").unwrap();
+    let (status, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    stack
+        .mcp(tokens["access_token"].as_str().unwrap())
+        .await
+        .ok("recall", json!({"text": "x"}))
+        .await;
+
+    // A member cannot pick existing keys: the connector gets a key of its own.
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let choice = sign_in(&endpoints, &page, "member@acme.example", member_password).await;
+    assert!(!choice.html.contains(&acme.key_id.to_string()));
+    let (_, html) = choose(&endpoints, &choice, &acme.key_id.to_string())
+        .await
+        .unwrap_err();
+    assert!(html.contains("Only owners and admins"), "{html}");
+    let location = choose(&endpoints, &choice, "new").await.unwrap();
+    let code = query(&location, "code").unwrap();
+    let (status, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    let connector_keys = stack
+        .db
+        .count_rows(
+            acme.tenant_id,
+            "api_keys",
+            "name LIKE 'connector: Test connector%'",
+        )
+        .await;
+    assert_eq!(connector_keys, 1);
+    let mcp = stack.mcp(tokens["access_token"].as_str().unwrap()).await;
+    mcp.remember_new(
+        "A member's connector writes with its own key.",
+        "oauth",
+        "fact",
+    )
+    .await;
+
+    // Guessing one account's password is cut off after ten failures.
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let mut statuses = Vec::new();
+    for _ in 0..11 {
+        statuses.push(
+            sign_in(
+                &endpoints,
+                &page,
+                "member@acme.example",
+                "a wrong guess, again",
+            )
+            .await
+            .status,
+        );
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
 }

@@ -76,7 +76,9 @@ impl Scope {
             Scope::Key => "Too many requests: the API key's rate limit is reached",
             Scope::Writes => "Too many requests: the API key's limit on writing tools is reached",
             Scope::Daily => "Too many requests: the API key's daily tool-call limit is reached",
-            Scope::Ip => "Too many requests: too many failed authentications from this address",
+            Scope::Ip => {
+                "Too many requests: too many failed authentications; wait before trying again"
+            }
             Scope::Address => "Too many requests from this address",
         }
     }
@@ -171,6 +173,19 @@ impl LocalWindows {
         entry.0 += 1;
     }
 }
+
+/// Who failed to authenticate: a client address, or a sign-in account (a
+/// hash of its normalised email, so addresses never reach Redis).
+#[derive(Debug, Clone)]
+pub(crate) enum Failures {
+    Address(IpAddr),
+    Account(String),
+}
+
+/// Failed sign-ins per account and window before the account's sign-in is
+/// refused for the rest of the window (guessing passwords from many
+/// addresses).
+const FAILED_SIGN_INS_PER_ACCOUNT: u32 = 10;
 
 /// The gateway's limiter.
 pub(crate) struct Limiter {
@@ -313,15 +328,21 @@ impl Limiter {
             .ok()
     }
 
-    fn ip_bucket(&self, ip: IpAddr) -> Planned {
+    /// The failed-authentication bucket of a client address or of a
+    /// sign-in account.
+    fn failure_bucket(&self, subject: &Failures) -> Planned {
         let (index, reset) = self.window();
+        let (scope, tag, limit) = match subject {
+            Failures::Address(ip) => (ip.to_string(), "ip", self.config.failed_auth_per_ip),
+            Failures::Account(account) => (account.clone(), "account", FAILED_SIGN_INS_PER_ACCOUNT),
+        };
         Planned {
             scope: Scope::Ip,
             bucket: Bucket {
                 key: self
                     .cache
-                    .rate_limit_key(&ip.to_string(), &["ip", &index.to_string()]),
-                limit: self.config.failed_auth_per_ip,
+                    .rate_limit_key(&scope, &[tag, &index.to_string()]),
+                limit,
                 ttl: self.config.window * 2,
             },
             reset,
@@ -330,7 +351,12 @@ impl Limiter {
 
     /// `Some(refusal)` when `ip` has failed authentication too often.
     pub(crate) async fn check_ip(&self, ip: IpAddr) -> Option<Response> {
-        let planned = self.ip_bucket(ip);
+        self.check_failures(&Failures::Address(ip)).await
+    }
+
+    /// `Some(refusal)` when `subject` has failed authentication too often.
+    pub(crate) async fn check_failures(&self, subject: &Failures) -> Option<Response> {
+        let planned = self.failure_bucket(subject);
         let (count, backend) = match self.cache.is_connected() {
             true => match self.cache.bucket_count(&planned.bucket.key).await {
                 Ok(count) => (count, "redis"),
@@ -387,7 +413,12 @@ impl Limiter {
 
     /// Counts a failed authentication from `ip`.
     pub(crate) async fn record_failed_auth(&self, ip: IpAddr) {
-        let planned = self.ip_bucket(ip);
+        self.record_failure(&Failures::Address(ip)).await;
+    }
+
+    /// Counts a failed authentication of `subject`.
+    pub(crate) async fn record_failure(&self, subject: &Failures) {
+        let planned = self.failure_bucket(subject);
         let counted = self.cache.is_connected() && self.cache.count(&planned.bucket).await.is_ok();
         if !counted {
             self.local

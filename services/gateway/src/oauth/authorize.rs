@@ -1,11 +1,14 @@
 //! `GET/POST /authorize`: the page where a person lets a connector act as
 //! one of their tenant's API keys.
 //!
-//! The page names the client and the host its code will go to, and asks
-//! for the API key the connector should act as (it is the proof of who
-//! signs in; email sign-in joins with tenant users). One form does sign-in
-//! and consent; a cookie-bound, HMAC-signed token protects it against
-//! cross-site submission, and the page cannot be framed.
+//! The page names the client and the host its code will go to. A person
+//! signs in with email and password and picks the key the connector acts
+//! as (owners and admins: any active key of the tenant; everyone: a new key
+//! made for the connector), or pastes an API key, which is then the key.
+//! A cookie-bound, HMAC-signed token protects every form against
+//! cross-site submission, the password step's result travels signed the
+//! same way, and the page cannot be framed. Failed sign-ins count per
+//! address and per account.
 //!
 //! Errors about the client or its redirect URI are shown on the page (a
 //! code must never go to an unverified address); every other error goes
@@ -245,19 +248,10 @@ fn scope_descriptions(scope: &str) -> String {
         .collect()
 }
 
-fn render(
-    oauth: &OAuth,
-    client: &Client,
-    params: &AuthorizeParams,
-    nonce: &str,
-    problem: Option<&str>,
-) -> Response {
-    let scope = requested_scope(params.scope.as_deref());
-    let redirect_host = reqwest::Url::parse(&params.redirect_uri)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        .unwrap_or_default();
-    let hidden: String = [
+/// The request's parameters as hidden form fields, with the form's
+/// anti-forgery token.
+fn hidden_fields(oauth: &OAuth, params: &AuthorizeParams, nonce: &str) -> String {
+    [
         ("response_type", params.response_type.as_str()),
         ("client_id", params.client_id.as_str()),
         ("redirect_uri", params.redirect_uri.as_str()),
@@ -272,13 +266,31 @@ fn render(
         ("csrf", &csrf_token(oauth, nonce, params)),
     ]
     .iter()
-    .map(|(name, value)| {
-        format!(
-            "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
-            escape(value)
-        )
-    })
-    .collect();
+    .map(|(name, value)| hidden(name, value))
+    .collect()
+}
+
+fn hidden(name: &str, value: &str) -> String {
+    format!(
+        "<input type=\"hidden\" name=\"{name}\" value=\"{}\">",
+        escape(value)
+    )
+}
+
+/// A page of the flow: the client and what it asks for, then `form`.
+fn page_with(
+    oauth: &OAuth,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    problem: Option<&str>,
+    form: &str,
+) -> Response {
+    let scope = requested_scope(params.scope.as_deref());
+    let redirect_host = reqwest::Url::parse(&params.redirect_uri)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_default();
     let problem = problem
         .map(|p| {
             format!(
@@ -293,17 +305,11 @@ fn render(
          <body style=\"font-family:sans-serif;max-width:32rem;margin:4rem auto;line-height:1.4\">\
          <h1>Connect {name} to mneme</h1>\
          <p><strong>{name}</strong> (returning to <strong>{host}</strong>) asks to:</p><ul>{scopes}</ul>\
-         {problem}\
-         <form method=\"post\" action=\"/authorize\">{hidden}\
-         <label>API key it will act as<br><input type=\"password\" name=\"api_key\" autocomplete=\"off\" \
-         required style=\"width:100%\" placeholder=\"mn_…\"></label>\
-         <p>The connector gets at most this key's permissions; revoke the key to cut it off.</p>\
-         <button type=\"submit\" name=\"decision\" value=\"allow\">Allow</button> \
-         <button type=\"submit\" name=\"decision\" value=\"deny\" formnovalidate>Deny</button>\
-         </form></body></html>",
+         {problem}<form method=\"post\" action=\"/authorize\">{hidden}{form}</form></body></html>",
         name = escape(&client.name),
         host = escape(&redirect_host),
         scopes = scope_descriptions(&scope),
+        hidden = hidden_fields(oauth, params, nonce),
     );
     let mut response = Html(body).into_response();
     page_headers(&mut response, origin_of(&params.redirect_uri).as_deref());
@@ -318,6 +324,125 @@ fn render(
     response
 }
 
+const DECIDE_BUTTONS: &str = "<p><button type=\"submit\" name=\"decision\" value=\"allow\">Continue</button> \
+     <button type=\"submit\" name=\"decision\" value=\"deny\" formnovalidate>Deny</button></p>";
+
+/// The sign-in step: email and password, or an API key to act as.
+fn render(
+    oauth: &OAuth,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    problem: Option<&str>,
+) -> Response {
+    let form = format!(
+        "<fieldset><legend>Sign in</legend>\
+         <label>Email<br><input type=\"email\" name=\"email\" autocomplete=\"username\" style=\"width:100%\"></label><br>\
+         <label>Password<br><input type=\"password\" name=\"password\" autocomplete=\"current-password\" style=\"width:100%\"></label>\
+         </fieldset><p>or</p>\
+         <fieldset><legend>Use an API key</legend>\
+         <label>API key it will act as<br><input type=\"password\" name=\"api_key\" autocomplete=\"off\" \
+         style=\"width:100%\" placeholder=\"mn_…\"></label></fieldset>\
+         <p>The connector gets at most the permissions of the key it acts as; revoke the key to cut it off.</p>\
+         {DECIDE_BUTTONS}"
+    );
+    page_with(oauth, client, params, nonce, problem, &form)
+}
+
+/// Who signed in with a password, carried from the sign-in step to the key
+/// choice, signed for this browser and request, valid for ten minutes.
+#[derive(Debug, Serialize, Deserialize)]
+struct SignedIn {
+    user_id: uuid::Uuid,
+    tenant_id: uuid::Uuid,
+    manages_keys: bool,
+    expires: i64,
+}
+
+const SIGNED_IN_TTL_SECS: i64 = 600;
+
+fn sign_ticket(oauth: &OAuth, nonce: &str, params: &AuthorizeParams, who: &SignedIn) -> String {
+    let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(who).expect("serializes"));
+    let mac = csrf_token(oauth, &format!("{nonce}.{payload}"), params);
+    format!("{payload}.{mac}")
+}
+
+fn read_ticket(
+    oauth: &OAuth,
+    nonce: &str,
+    params: &AuthorizeParams,
+    ticket: &str,
+) -> Option<SignedIn> {
+    let (payload, mac) = ticket.split_once('.')?;
+    let expected = csrf_token(oauth, &format!("{nonce}.{payload}"), params);
+    if !bool::from(expected.as_bytes().ct_eq(mac.as_bytes())) {
+        return None;
+    }
+    let who: SignedIn = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    (who.expires > chrono::Utc::now().timestamp()).then_some(who)
+}
+
+/// The key-choice step after a password sign-in: owners and admins pick
+/// any active key of the tenant or a new one; members get a new key.
+async fn render_key_choice(
+    app: &App,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    who: &SignedIn,
+    problem: Option<&str>,
+) -> Response {
+    let oauth = &app.oauth;
+    let keys = if who.manages_keys {
+        match tenant_keys(oauth, who.tenant_id).await {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::error!(%error, "keys not listed for the consent page");
+                return error_page(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "mneme cannot list your keys right now; try again shortly.",
+                );
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let mut options: String = keys
+        .iter()
+        .map(|key| {
+            let permissions: Vec<&str> = key.permissions.iter().map(|p| p.as_str()).collect();
+            format!(
+                "<label><input type=\"radio\" name=\"key\" value=\"{}\"> {} ({})</label><br>",
+                key.id,
+                escape(&key.name),
+                permissions.join(", ")
+            )
+        })
+        .collect();
+    options.push_str(
+        "<label><input type=\"radio\" name=\"key\" value=\"new\" checked> a new key for this connector</label><br>",
+    );
+    let form = format!(
+        "{}<fieldset><legend>Act as</legend>{options}</fieldset>{DECIDE_BUTTONS}",
+        hidden("ticket", &sign_ticket(oauth, nonce, params, who))
+    );
+    page_with(oauth, client, params, nonce, problem, &form)
+}
+
+async fn tenant_keys(
+    oauth: &OAuth,
+    tenant_id: uuid::Uuid,
+) -> Result<Vec<mneme_store::api_keys::ApiKey>, mneme_store::StoreError> {
+    let mut db = oauth.store.client().await?;
+    let tx = mneme_store::TenantTx::begin(&mut db, tenant_id).await?;
+    let now = chrono::Utc::now();
+    Ok(mneme_store::api_keys::list(&tx)
+        .await?
+        .into_iter()
+        .filter(|key| key.status == "active" && key.expires_at.is_none_or(|at| at > now))
+        .collect())
+}
+
 /// `GET /authorize`: the sign-in and consent page.
 pub(super) async fn page(
     State(app): State<App>,
@@ -330,7 +455,22 @@ pub(super) async fn page(
     }
 }
 
-/// `POST /authorize`: the person's decision.
+/// The scopes of `requested` a key with `permissions` can exercise.
+fn grantable(requested: &str, permissions: &[mneme_core::Permission]) -> Vec<String> {
+    requested
+        .split_whitespace()
+        .filter(|scope| {
+            SCOPES.iter().any(|(name, permission)| {
+                name == scope
+                    && (permissions.contains(permission)
+                        || permissions.contains(&mneme_core::Permission::Admin))
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `POST /authorize`: a sign-in, a key choice or a denial.
 pub(super) async fn decide(State(app): State<App>, request: Request) -> Response {
     let oauth = &app.oauth;
     let client_ip = app.limiter.client_ip(&request);
@@ -352,18 +492,21 @@ pub(super) async fn decide(State(app): State<App>, request: Request) -> Response
         scope: optional(take("scope")),
         resource: optional(take("resource")),
     };
-    let (csrf, api_key, decision) = (take("csrf"), take("api_key"), take("decision"));
+    let csrf = take("csrf");
+    let decision = take("decision");
+    let (api_key, email, password) = (take("api_key"), take("email"), take("password"));
+    let (ticket, chosen_key) = (take("ticket"), take("key"));
     let client = match check(oauth, &params).await {
         Ok(client) => client,
         Err(response) => return response,
     };
-    let Some(nonce) = cookie_value(&headers, cookie_name(oauth)) else {
+    let Some(nonce) = cookie_value(&headers, cookie_name(oauth)).map(str::to_owned) else {
         return error_page(
             StatusCode::FORBIDDEN,
             "Your browser did not keep the sign-in page's cookie; open the connection again.",
         );
     };
-    let expected = csrf_token(oauth, nonce, &params);
+    let expected = csrf_token(oauth, &nonce, &params);
     if !bool::from(expected.as_bytes().ct_eq(csrf.as_bytes())) {
         return error_page(
             StatusCode::FORBIDDEN,
@@ -373,12 +516,49 @@ pub(super) async fn decide(State(app): State<App>, request: Request) -> Response
     if decision != "allow" {
         return redirect_error(oauth, &params, "access_denied", "the person declined");
     }
+    if !ticket.is_empty() {
+        let Some(who) = read_ticket(oauth, &nonce, &params, &ticket) else {
+            return render(
+                oauth,
+                &client,
+                &params,
+                &nonce,
+                Some("Your sign-in expired; sign in again."),
+            );
+        };
+        return act_as_chosen_key(&app, &client, &params, &nonce, &who, &chosen_key).await;
+    }
+    if !api_key.trim().is_empty() {
+        return act_as_pasted_key(&app, &client, &params, &nonce, api_key.trim(), client_ip).await;
+    }
+    if !email.trim().is_empty() {
+        return sign_in_with_password(&app, &client, &params, &nonce, &email, password, client_ip)
+            .await;
+    }
+    render(
+        oauth,
+        &client,
+        &params,
+        &nonce,
+        Some("Sign in with your email and password, or paste an API key."),
+    )
+}
+
+async fn act_as_pasted_key(
+    app: &App,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    api_key: &str,
+    client_ip: Option<std::net::IpAddr>,
+) -> Response {
+    let oauth = &app.oauth;
     if let Some(ip) = client_ip
         && let Some(refusal) = app.limiter.check_ip(ip).await
     {
         return refusal;
     }
-    let found = match app.keys.resolve(api_key.trim()).await {
+    let found = match app.keys.resolve(api_key).await {
         Ok(Some(found)) => found,
         Ok(None) => {
             if let Some(ip) = client_ip {
@@ -386,8 +566,8 @@ pub(super) async fn decide(State(app): State<App>, request: Request) -> Response
             }
             return render(
                 oauth,
-                &client,
-                &params,
+                client,
+                params,
                 nonce,
                 Some("That API key is not valid, or it was revoked."),
             );
@@ -401,34 +581,251 @@ pub(super) async fn decide(State(app): State<App>, request: Request) -> Response
         }
     };
     let key = &found.key;
-    if let Some(bound) = client.bound_key
-        && bound != (key.tenant_id, key.id)
-    {
+    grant_code(
+        app,
+        client,
+        params,
+        nonce,
+        key.tenant_id,
+        key.id,
+        &key.permissions,
+        format!("key:{}", key.id),
+        None,
+    )
+    .await
+}
+
+async fn sign_in_with_password(
+    app: &App,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    email: &str,
+    password: String,
+    client_ip: Option<std::net::IpAddr>,
+) -> Response {
+    use crate::limits::Failures;
+    let oauth = &app.oauth;
+    let account = Failures::Account(hex::encode(digest(&mneme_store::users::normalize_email(
+        email,
+    ))));
+    for subject in client_ip.map(Failures::Address).iter().chain([&account]) {
+        if let Some(refusal) = app.limiter.check_failures(subject).await {
+            return refusal;
+        }
+    }
+    let found = async {
+        let mut db = oauth.store.client().await?;
+        mneme_store::users::for_sign_in(&mut db, email).await
+    }
+    .await;
+    let found = match found {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::error!(%error, "user lookup failed during authorization");
+            return error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "mneme cannot sign you in right now; try again shortly.",
+            );
+        }
+    };
+    let stored = found.as_ref().map(|(_, hash)| hash.clone());
+    // Verified even without an account, so timing does not tell which
+    // emails exist.
+    let matches = tokio::task::spawn_blocking(move || {
+        mneme_core::password::verify(&password, stored.as_deref())
+    })
+    .await
+    .unwrap_or(false);
+    let Some((user, _)) = found.filter(|_| matches) else {
+        for subject in client_ip.map(Failures::Address).iter().chain([&account]) {
+            app.limiter.record_failure(subject).await;
+        }
         return render(
             oauth,
-            &client,
-            &params,
+            client,
+            params,
             nonce,
-            Some("This connector was registered for another API key; use that key."),
+            Some("That email and password do not match an account."),
         );
+    };
+    let recorded = async {
+        let mut db = oauth.store.client().await?;
+        let tx = mneme_store::TenantTx::begin(&mut db, user.tenant_id).await?;
+        mneme_store::users::record_sign_in(&tx, user.id).await?;
+        tx.commit().await
     }
-    // Grant only scopes the key can exercise.
-    let granted: Vec<String> = requested_scope(params.scope.as_deref())
-        .split_whitespace()
-        .filter(|scope| {
-            SCOPES.iter().any(|(name, permission)| {
-                name == scope
-                    && (key.permissions.contains(permission)
-                        || key.permissions.contains(&mneme_core::Permission::Admin))
-            })
-        })
-        .map(str::to_owned)
-        .collect::<Vec<_>>();
+    .await;
+    if let Err(error) = recorded {
+        tracing::warn!(%error, "sign-in time not recorded");
+    }
+    let who = SignedIn {
+        user_id: user.id,
+        tenant_id: user.tenant_id,
+        manages_keys: user.role.manages_keys(),
+        expires: chrono::Utc::now().timestamp() + SIGNED_IN_TTL_SECS,
+    };
+    render_key_choice(app, client, params, nonce, &who, None).await
+}
+
+async fn act_as_chosen_key(
+    app: &App,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    who: &SignedIn,
+    chosen: &str,
+) -> Response {
+    let oauth = &app.oauth;
+    let subject = format!("user:{}", who.user_id);
+    if chosen == "new" || chosen.is_empty() {
+        let scope = requested_scope(params.scope.as_deref());
+        // A new connector key holds what the connector asked for; admin
+        // only when the person manages keys.
+        let permissions: Vec<mneme_core::Permission> = crate::oauth::scope_permissions(&scope)
+            .into_iter()
+            .filter(|p| *p != mneme_core::Permission::Admin || who.manages_keys)
+            .collect();
+        if permissions.is_empty() {
+            return render_key_choice(
+                app,
+                client,
+                params,
+                nonce,
+                who,
+                Some("The connector asks for nothing you may grant."),
+            )
+            .await;
+        }
+        let created = async {
+            let mut db = oauth.store.client().await?;
+            let tx = mneme_store::TenantTx::begin(&mut db, who.tenant_id).await?;
+            let name: String = format!("connector: {} ({})", client.name, &random_token()[..6])
+                .chars()
+                .take(128)
+                .collect();
+            let (key, _secret) = mneme_store::api_keys::create(
+                &tx,
+                &mneme_store::api_keys::NewKey {
+                    name,
+                    permissions,
+                    default_workspace: None,
+                    fragment_limit: oauth.default_fragment_limit,
+                    expires_at: None,
+                },
+            )
+            .await?;
+            tx.commit().await?;
+            Ok::<_, mneme_store::StoreError>(key)
+        }
+        .await;
+        return match created {
+            Ok(key) => {
+                grant_code(
+                    app,
+                    client,
+                    params,
+                    nonce,
+                    key.tenant_id,
+                    key.id,
+                    &key.permissions,
+                    subject,
+                    Some(who),
+                )
+                .await
+            }
+            Err(error) => {
+                tracing::error!(%error, "connector key not created");
+                error_page(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "mneme cannot create the key right now; try again shortly.",
+                )
+            }
+        };
+    }
+    let Ok(key_id) = chosen.parse::<uuid::Uuid>() else {
+        return render_key_choice(app, client, params, nonce, who, Some("Choose a key.")).await;
+    };
+    if !who.manages_keys {
+        return render_key_choice(
+            app,
+            client,
+            params,
+            nonce,
+            who,
+            Some("Only owners and admins may choose an existing key."),
+        )
+        .await;
+    }
+    // The key must be one of the signed-in person's tenant: a key id of
+    // another tenant is not found under this tenant's row-level security.
+    match app.keys.resolve_id(who.tenant_id, key_id).await {
+        Ok(Some(found)) => {
+            let key = &found.key;
+            grant_code(
+                app,
+                client,
+                params,
+                nonce,
+                key.tenant_id,
+                key.id,
+                &key.permissions,
+                subject,
+                Some(who),
+            )
+            .await
+        }
+        Ok(None) => {
+            render_key_choice(
+                app,
+                client,
+                params,
+                nonce,
+                who,
+                Some("That key does not exist or is not active."),
+            )
+            .await
+        }
+        Err(error) => {
+            tracing::error!(%error, "key lookup failed during authorization");
+            error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "mneme cannot check keys right now; try again shortly.",
+            )
+        }
+    }
+}
+
+/// Issues the code for acting as `key_id` and sends the browser back to
+/// the client.
+#[allow(clippy::too_many_arguments)]
+async fn grant_code(
+    app: &App,
+    client: &Client,
+    params: &AuthorizeParams,
+    nonce: &str,
+    tenant_id: uuid::Uuid,
+    key_id: uuid::Uuid,
+    permissions: &[mneme_core::Permission],
+    subject: String,
+    signed_in: Option<&SignedIn>,
+) -> Response {
+    let oauth = &app.oauth;
+    if let Some(bound) = client.bound_key
+        && bound != (tenant_id, key_id)
+    {
+        let problem = Some("This connector was registered for another API key; use that key.");
+        return match signed_in {
+            Some(who) => render_key_choice(app, client, params, nonce, who, problem).await,
+            None => render(oauth, client, params, nonce, problem),
+        };
+    }
+    let granted = grantable(&requested_scope(params.scope.as_deref()), permissions);
     if granted.is_empty() {
         return render(
             oauth,
-            &client,
-            &params,
+            client,
+            params,
             nonce,
             Some("That key has none of the permissions the connector asks for."),
         );
@@ -440,9 +837,9 @@ pub(super) async fn decide(State(app): State<App>, request: Request) -> Response
         code_challenge: params.code_challenge.clone(),
         resource: oauth.resource.clone(),
         scope: granted.join(" "),
-        tenant_id: key.tenant_id,
-        key_id: key.id,
-        subject: format!("key:{}", key.id),
+        tenant_id,
+        key_id,
+        subject,
     };
     let stored = oauth
         .cache

