@@ -721,3 +721,94 @@ async fn people_sign_in_with_a_password_and_pick_the_key_the_connector_acts_as()
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
 }
+
+#[tokio::test]
+async fn a_narrow_scope_asks_for_step_up_and_tokens_for_another_resource_are_refused() {
+    const INTERNAL: &str = "a-shared-internal-token-of-at-least-32-characters";
+    let stack = Stack::start("hash", &[("MNEME_INTERNAL_TOKEN", INTERNAL)]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+
+    // Read-only scope on a read-write key.
+    let response = http()
+        .get(&endpoints.authorize)
+        .query(&[
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", CALLBACK),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("scope", "memory:read"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = response.text().await.unwrap();
+    let page = Page {
+        status: 200,
+        fields: hidden_fields(&html),
+        html,
+        cookie: Some(cookie),
+    };
+    let location = submit(&endpoints, &page, &acme.api_key, "allow")
+        .await
+        .unwrap();
+    let code = query(&location, "code").unwrap();
+    let (status, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    assert_eq!(
+        (status, tokens["scope"].as_str()),
+        (200, Some("memory:read")),
+        "{tokens}"
+    );
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+
+    let call = |tool: &str, body: Value| {
+        http()
+            .post(format!("http://{}/v1/tools/{tool}", stack.http_addr))
+            .bearer_auth(&access)
+            .json(&body)
+            .send()
+    };
+    let read = call("recall", json!({"text": "anything"})).await.unwrap();
+    assert_eq!(read.status(), 200);
+    let write = call(
+        "remember",
+        json!({"content": "Step-up is needed to write.", "topic": "t", "type": "fact"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(write.status(), 403);
+    let challenge = write.headers()["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.contains(r#"error="insufficient_scope""#),
+        "{challenge}"
+    );
+    assert!(challenge.contains(r#"scope="memory:write""#), "{challenge}");
+
+    // The same token at another mneme (another resource, another signing
+    // key or audience) is refused.
+    let elsewhere = Stack::start("hash", &[("MNEME_INTERNAL_TOKEN", INTERNAL)]).await;
+    let refused = http()
+        .post(format!("http://{}/v1/tools/recall", elsewhere.http_addr))
+        .bearer_auth(&access)
+        .json(&json!({"text": "anything"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert!(
+        refused.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains("invalid_token")
+    );
+}

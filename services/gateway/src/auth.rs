@@ -306,6 +306,11 @@ pub(crate) async fn require_principal(
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    if scope_permissions.is_some() {
+        request.extensions_mut().insert(TokenKey {
+            key_permissions: key.permissions.clone(),
+        });
+    }
     request.extensions_mut().insert(KeyLimits {
         tenant_rate_limit: found.tenant_rate_limit,
         key_rate_limit: key.rate_limit,
@@ -349,4 +354,83 @@ async fn access_token(app: &App, token: &str) -> Result<Option<Credential>, Resp
 fn narrowed(key: &[Permission], granted: &[Permission]) -> Vec<Permission> {
     let key_has = |p: Permission| key.contains(&p) || key.contains(&Permission::Admin);
     granted.iter().copied().filter(|p| key_has(*p)).collect()
+}
+
+/// Marks a request made with an access token: the permissions of the key
+/// behind it, which the token's scope may narrow.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenKey {
+    key_permissions: Vec<Permission>,
+}
+
+/// The scope that grants `permission`.
+fn scope_for(permission: Permission) -> &'static str {
+    crate::oauth::SCOPES
+        .iter()
+        .find(|(_, granted)| *granted == permission)
+        .map_or("memory:read", |(name, _)| *name)
+}
+
+/// Middleware after the message peek: a tool call that an access token's
+/// scope does not cover, but its key would, gets 403 `insufficient_scope`
+/// naming the scope to ask for (step-up authorization). What the key itself
+/// may not do stays a tool error: asking again would not help.
+pub(crate) async fn require_scope(
+    State(app): State<App>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (Some(token_key), Some(principal)) = (
+        request.extensions().get::<TokenKey>(),
+        request.extensions().get::<Principal>(),
+    ) else {
+        return next.run(request).await;
+    };
+    let tool = request
+        .extensions()
+        .get::<crate::jsonrpc::McpCall>()
+        .and_then(|call| call.tool.clone())
+        .or_else(|| {
+            request
+                .uri()
+                .path()
+                .strip_prefix("/v1/tools/")
+                .map(str::to_owned)
+        });
+    let Some(tool) = tool
+        .as_deref()
+        .and_then(|name| crate::tools::REGISTRY.get(name))
+    else {
+        return next.run(request).await;
+    };
+    let mut needed = vec![tool.permission];
+    if tool.requires_admin {
+        needed.push(Permission::Admin);
+    }
+    let key_has = |p: Permission| {
+        token_key.key_permissions.contains(&p)
+            || token_key.key_permissions.contains(&Permission::Admin)
+    };
+    let Some(missing) = needed
+        .into_iter()
+        .find(|p| !principal.has(*p) && key_has(*p))
+    else {
+        return next.run(request).await;
+    };
+    let mut response = ApiError(Error::permission_denied(format!(
+        "the access token's scope does not include `{}`; authorize again with it",
+        scope_for(missing)
+    )))
+    .into_response();
+    let challenge = format!(
+        r#"Bearer error="insufficient_scope", scope="{}", resource_metadata="{}""#,
+        scope_for(missing),
+        app.oauth.resource_metadata_url(),
+    );
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
 }

@@ -28,7 +28,7 @@
 //!
 //! Middleware, outermost first: request id → trace → CORS → panic guard →
 //! body limit → timeout → (on MCP routes) Origin/Host check →
-//! authentication → message peek → rate limits → (on `/mcp`) session
+//! authentication → message peek → token scope → rate limits → (on `/mcp`) session
 //! binding → rmcp.
 #![forbid(unsafe_code)]
 
@@ -140,6 +140,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
     let read_call = move |request, next| jsonrpc::read_call(request, next, max_body);
     let authenticate = || middleware::from_fn_with_state(app.clone(), auth::require_principal);
     let limit = || middleware::from_fn_with_state(app.clone(), limits::limit);
+    let require_scope = || middleware::from_fn_with_state(app.clone(), auth::require_scope);
     let mcp = Router::new()
         .nest_service("/mcp", mcp::service(&app, config, app.shutdown.clone()))
         .layer(middleware::from_fn_with_state(
@@ -147,9 +148,11 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
             session::bind_session,
         ))
         .layer(limit())
+        .layer(require_scope())
         .layer(middleware::from_fn(read_call));
     let sse = sse::routes()
         .layer(limit())
+        .layer(require_scope())
         .layer(middleware::from_fn(read_call));
     let lists = hygiene::AllowLists::new(config);
     let mcp_routes = Router::new()
@@ -160,7 +163,10 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
             lists.clone(),
             hygiene::check_origin_and_host,
         ));
-    let rest = rest::routes().layer(limit()).layer(authenticate());
+    let rest = rest::routes()
+        .layer(limit())
+        .layer(require_scope())
+        .layer(authenticate());
     Router::new()
         .merge(health::routes())
         .merge(oauth::routes())
