@@ -8,7 +8,6 @@
 use std::sync::LazyLock;
 
 use argon2::Argon2;
-use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 
 use crate::Error;
@@ -38,7 +37,9 @@ pub fn validate(password: &str) -> Result<(), Error> {
 /// runtime's worker threads).
 pub fn hash(password: &str) -> Result<String, Error> {
     validate(password)?;
-    let salt = SaltString::generate(&mut OsRng);
+    // 16 random bytes from the thread RNG (a CSPRNG seeded by the OS).
+    let salt = SaltString::encode_b64(&rand::random::<[u8; 16]>())
+        .map_err(|e| Error::new(crate::ErrorCode::Internal, format!("salt: {e}")))?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|hash| hash.to_string())
