@@ -4,6 +4,7 @@
 //! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `users`, `config`, `tools`, …).
 //! - [`up`]: every service in one process, for a single machine.
 //! - [`admin`]: tenant, key and user management against the database.
+//! - [`login`]: OAuth sign-in of the command line, stored tokens, refresh.
 //!
 //! Commands print results for humans on stdout and diagnostics on stderr;
 //! `keys create` prints the new key as the last line of stdout so scripts
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod login;
 pub mod up;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +38,16 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Sign in to a mneme with OAuth (a browser page) and keep the tokens
+    /// in the user's configuration directory.
+    Login {
+        /// The MCP endpoint; defaults to this configuration's.
+        url: Option<String>,
+        /// Print a valid access token (refreshing the stored one if needed)
+        /// instead of signing in.
+        #[arg(long)]
+        print_token: bool,
+    },
     /// Manage the people of a tenant (they sign in to approve connectors).
     #[command(subcommand)]
     Users(UsersCommand),
@@ -187,6 +199,18 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Tenants(command) => admin::tenants(&config, command).await,
         Command::Keys(command) => admin::keys(&config, command).await,
         Command::Users(command) => admin::users(&config, command).await,
+        Command::Login { url, print_token } => {
+            let path = login::credentials_path()?;
+            if print_token {
+                println!("{}", login::bearer(&path).await?);
+                return Ok(());
+            }
+            let url = url.unwrap_or_else(|| config.gateway.mcp_url());
+            let credentials = login::login(&url, login::print_and_open()).await?;
+            login::save(&credentials, &path)?;
+            eprintln!("signed in to {url}; tokens stored in {}", path.display());
+            Ok(())
+        }
         Command::Config(ConfigCommand::Check) => {
             println!("{config:#?}");
             Ok(())

@@ -812,3 +812,72 @@ async fn a_narrow_scope_asks_for_step_up_and_tokens_for_another_resource_are_ref
             .contains("invalid_token")
     );
 }
+
+#[tokio::test]
+async fn mneme_login_signs_the_cli_in_stores_its_tokens_privately_and_refreshes_them() {
+    let stack = Stack::start("hash", &[]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let api_key = acme.api_key.clone();
+    // The person in the browser: signs in with an API key and allows; the
+    // browser then follows the redirect to the CLI's loopback listener.
+    let opener: mneme::login::Opener = Box::new(move |url| {
+        Box::pin(async move {
+            let page = http().get(&url).send().await.unwrap();
+            let cookie = page.headers()["set-cookie"]
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .to_owned();
+            let html = page.text().await.unwrap();
+            let mut form = hidden_fields(&html);
+            form.insert("api_key".into(), api_key);
+            form.insert("decision".into(), "allow".into());
+            let answer = http()
+                .post(url.split('?').next().unwrap())
+                .header("cookie", cookie)
+                .form(&form)
+                .send()
+                .await
+                .unwrap();
+            let callback = answer.headers()["location"].to_str().unwrap().to_owned();
+            assert!(callback.starts_with("http://127.0.0.1:"), "{callback}");
+            let done = http().get(&callback).send().await.unwrap();
+            assert_eq!(done.status(), 200);
+        })
+    });
+    let credentials = mneme::login::login(&stack.mcp_url(), opener).await.unwrap();
+    assert!(credentials.refresh_token.is_some());
+
+    let dir = std::env::temp_dir().join(format!("mneme-login-{}", uuid::Uuid::new_v4().simple()));
+    let path = dir.join("credentials.json");
+    mneme::login::save(&credentials, &path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "only the user may read stored tokens");
+
+    // A fresh token is handed out as stored…
+    let token = mneme::login::bearer(&path).await.unwrap();
+    assert_eq!(token, credentials.access_token);
+    stack
+        .mcp(&token)
+        .await
+        .ok("recall", json!({"text": "anything"}))
+        .await;
+    // …one about to expire is refreshed first, and the rotated tokens stored.
+    let mut expiring = credentials.clone();
+    expiring.expires_at = chrono::Utc::now().timestamp();
+    mneme::login::save(&expiring, &path).unwrap();
+    let refreshed = mneme::login::bearer(&path).await.unwrap();
+    assert_ne!(refreshed, credentials.access_token);
+    let stored = mneme::login::load(&path).unwrap();
+    assert_eq!(stored.access_token, refreshed);
+    assert_ne!(stored.refresh_token, credentials.refresh_token, "rotated");
+    stack
+        .mcp(&refreshed)
+        .await
+        .ok("recall", json!({"text": "anything"}))
+        .await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
