@@ -143,6 +143,10 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
             if !revoked {
                 anyhow::bail!("tenant `{tenant}` has no active key {id}");
             }
+            // Gateways drop the key from their caches now.
+            if let Ok(cache) = mneme_cache::Cache::from_config(&config.redis).await {
+                cache.announce_key_revoked(&id).await;
+            }
             println!("revoked key {id}");
         }
     }

@@ -881,3 +881,66 @@ async fn mneme_login_signs_the_cli_in_stores_its_tokens_privately_and_refreshes_
         .await;
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_revoked_key_stops_its_tokens_and_itself_at_once_despite_the_credential_cache() {
+    // An hour-long cache: only the revocation announcement can stop the key.
+    let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "3600")]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let recall = |credential: String| {
+        let url = format!("http://{}/v1/tools/recall", stack.http_addr);
+        async move {
+            http()
+                .post(url)
+                .bearer_auth(credential)
+                .json(&json!({"text": "anything"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(
+        recall(acme.api_key.clone()).await,
+        200,
+        "the key is now cached"
+    );
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+    let (_, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        recall(access.clone()).await,
+        200,
+        "the token's key is now cached"
+    );
+
+    let env: HashMap<String, String> = HashMap::from([
+        ("MNEME_DATABASE_URL".into(), stack.db.app_url.clone()),
+        ("MNEME_REDIS_URL".into(), stack.redis.url.clone()),
+        ("MNEME_REDIS_PREFIX".into(), stack.redis.prefix.clone()),
+    ]);
+    let config = mneme_config::Config::from_env(&env).unwrap();
+    mneme::admin::keys(
+        &config,
+        mneme::KeysCommand::Revoke {
+            tenant: "acme".into(),
+            id: acme.key_id.to_string(),
+        },
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    for credential in [acme.api_key.clone(), access] {
+        while recall(credential.clone()).await != 401 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a revoked key's credential still works"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -56,18 +56,30 @@ impl KeyResolver {
             moka::sync::Cache::builder()
                 .max_capacity(KEY_CACHE_CAPACITY)
                 .time_to_live(ttl)
+                .support_invalidation_closures()
                 .build()
         });
         let by_id = (!ttl.is_zero()).then(|| {
             moka::sync::Cache::builder()
                 .max_capacity(KEY_CACHE_CAPACITY)
                 .time_to_live(ttl)
+                .support_invalidation_closures()
                 .build()
         });
         Self {
             store,
             cache,
             by_id,
+        }
+    }
+
+    /// Forgets a revoked key at once, whatever credential named it.
+    pub(crate) fn forget_key(&self, key_id: uuid::Uuid) {
+        if let Some(cache) = &self.cache {
+            let _ = cache.invalidate_entries_if(move |_, found| found.key.id == key_id);
+        }
+        if let Some(cache) = &self.by_id {
+            let _ = cache.invalidate_entries_if(move |(_, id), _| *id == key_id);
         }
     }
 

@@ -224,6 +224,7 @@ pub async fn serve(
     let accepting = app.accepting.clone();
     let grace = config.gateway.shutdown_grace;
     let flusher = spawn_usage_flusher(&app, config.gateway.rate_limits.usage_flush, stop.clone());
+    spawn_revocation_listener(&app, stop.clone()).await;
     let server = axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
@@ -283,6 +284,35 @@ fn spawn_usage_flusher(
 }
 
 const CLIENT_PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Drops revoked keys from this pod's credential caches as soon as
+/// `mneme keys revoke` announces them (the caches' lifetime bounds the
+/// delay when Redis is down).
+async fn spawn_revocation_listener(app: &App, stop: CancellationToken) {
+    let mut listener = match app.cache.key_revocation_listener().await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "key revocations apply when caches expire");
+            return;
+        }
+    };
+    let keys = app.keys.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                revoked = listener.recv() => match revoked {
+                    Some(id) => {
+                        if let Ok(key_id) = id.parse() {
+                            keys.forget_key(key_id);
+                        }
+                    }
+                    None => return,
+                },
+                () = stop.cancelled() => return,
+            }
+        }
+    });
+}
 
 async fn prune_oauth_clients(store: &Store, idle: Duration) {
     let cutoff =

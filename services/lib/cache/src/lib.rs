@@ -39,6 +39,8 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 const CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// Channel carrying tenant ids whose fragments await embeddings.
 const EMBED_WAKE_CHANNEL: &str = "embed-wake";
+/// Channel carrying ids of keys that must stop working at once.
+const KEY_REVOKED_CHANNEL: &str = "key-revoked";
 
 #[derive(Debug, thiserror::Error)]
 #[error("redis: {0}")]
@@ -162,14 +164,33 @@ impl Cache {
     /// Subscribes to embedding wake-ups. The subscription is restored after
     /// reconnects.
     pub async fn embedding_wake_listener(&self) -> Result<WakeListener, CacheError> {
+        self.listen(EMBED_WAKE_CHANNEL).await
+    }
+
+    /// Tells every gateway pod that a key was revoked (or its tenant
+    /// suspended), so they drop it from their caches now rather than when
+    /// the cache entry expires. Best effort: the entries expire anyway.
+    pub async fn announce_key_revoked(&self, key_id: &str) {
+        let channel = self.key(&[KEY_REVOKED_CHANNEL]);
+        if let Err(error) = self.client.publish::<(), _, _>(&channel, key_id).await {
+            tracing::warn!(%error, "key revocation not announced; gateway caches expire on their own");
+        }
+    }
+
+    /// Subscribes to [`Cache::announce_key_revoked`]; yields key ids.
+    pub async fn key_revocation_listener(&self) -> Result<WakeListener, CacheError> {
+        self.listen(KEY_REVOKED_CHANNEL).await
+    }
+
+    async fn listen(&self, channel: &str) -> Result<WakeListener, CacheError> {
         let subscriber = builder(&self.config).build_subscriber_client()?;
         subscriber.connect();
         let _ = tokio::time::timeout(CONNECT_WAIT, subscriber.wait_for_connect()).await;
         let _resubscribe = subscriber.manage_subscriptions();
-        let channel = self.key(&[EMBED_WAKE_CHANNEL]);
+        let channel = self.key(&[channel]);
         if let Err(error) = subscriber.subscribe(&channel).await {
             // Tracked anyway: manage_subscriptions subscribes on reconnect.
-            tracing::warn!(%error, "cannot subscribe to embedding wake-ups yet");
+            tracing::warn!(%error, %channel, "cannot subscribe yet");
         }
         let messages = subscriber.message_rx();
         Ok(WakeListener {
