@@ -162,22 +162,38 @@ async fn open_page(
     redirect_uri: &str,
     challenge: &str,
 ) -> Page {
-    let response = http()
+    page_of(
+        get_authorize(
+            endpoints,
+            &[
+                ("response_type", "code"),
+                ("client_id", client_id),
+                ("redirect_uri", redirect_uri),
+                ("code_challenge", challenge),
+                ("code_challenge_method", "S256"),
+                ("state", "xyz"),
+                ("scope", "memory:read memory:write offline_access"),
+                ("resource", &endpoints.resource),
+                ("prompt", "consent"),
+            ],
+        )
+        .await,
+    )
+    .await
+}
+
+/// `GET /authorize` with exactly `params`.
+async fn get_authorize(endpoints: &Endpoints, params: &[(&str, &str)]) -> reqwest::Response {
+    http()
         .get(&endpoints.authorize)
-        .query(&[
-            ("response_type", "code"),
-            ("client_id", client_id),
-            ("redirect_uri", redirect_uri),
-            ("code_challenge", challenge),
-            ("code_challenge_method", "S256"),
-            ("state", "xyz"),
-            ("scope", "memory:read memory:write offline_access"),
-            ("resource", &endpoints.resource),
-            ("prompt", "consent"),
-        ])
+        .query(params)
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The page a browser shows for an answer of `/authorize`.
+async fn page_of(response: reqwest::Response) -> Page {
     let status = response.status().as_u16();
     if status == 200 {
         let csp = response.headers()["content-security-policy"]
@@ -196,6 +212,12 @@ async fn open_page(
         html,
         cookie,
     }
+}
+
+/// The `error` an answer of `/authorize` redirects back to the client with.
+fn redirected_error(response: &reqwest::Response) -> Option<String> {
+    let location = reqwest::Url::parse(response.headers().get("location")?.to_str().ok()?).ok()?;
+    query(&location, "error")
 }
 
 /// Submits the page; the `Location` of the answer, or the page shown again.
@@ -496,36 +518,35 @@ async fn the_page_refuses_unknown_redirects_foreign_keys_forged_forms_and_denial
     assert_eq!(query(&denied, "error").as_deref(), Some("access_denied"));
 
     // PKCE is required, and the resource must be this server.
-    let response = http()
-        .get(&endpoints.authorize)
-        .query(&[
+    let without_pkce = get_authorize(
+        &endpoints,
+        &[
             ("response_type", "code"),
-            ("client_id", client_id.as_str()),
+            ("client_id", &client_id),
             ("redirect_uri", CALLBACK),
-        ])
-        .send()
-        .await
-        .unwrap();
-    let location = reqwest::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
+        ],
+    )
+    .await;
     assert_eq!(
-        query(&location, "error").as_deref(),
+        redirected_error(&without_pkce).as_deref(),
         Some("invalid_request")
     );
-    let response = http()
-        .get(&endpoints.authorize)
-        .query(&[
+    let other_resource = get_authorize(
+        &endpoints,
+        &[
             ("response_type", "code"),
-            ("client_id", client_id.as_str()),
+            ("client_id", &client_id),
             ("redirect_uri", CALLBACK),
-            ("code_challenge", challenge.as_str()),
+            ("code_challenge", &challenge),
             ("code_challenge_method", "S256"),
             ("resource", "https://other.example/mcp"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    let location = reqwest::Url::parse(response.headers()["location"].to_str().unwrap()).unwrap();
-    assert_eq!(query(&location, "error").as_deref(), Some("invalid_target"));
+        ],
+    )
+    .await;
+    assert_eq!(
+        redirected_error(&other_resource).as_deref(),
+        Some("invalid_target")
+    );
 }
 
 #[tokio::test]
@@ -732,33 +753,21 @@ async fn a_narrow_scope_asks_for_step_up_and_tokens_for_another_resource_are_ref
     let (verifier, challenge) = pkce();
 
     // Read-only scope on a read-write key.
-    let response = http()
-        .get(&endpoints.authorize)
-        .query(&[
-            ("response_type", "code"),
-            ("client_id", client_id.as_str()),
-            ("redirect_uri", CALLBACK),
-            ("code_challenge", challenge.as_str()),
-            ("code_challenge_method", "S256"),
-            ("scope", "memory:read"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    let cookie = response.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let html = response.text().await.unwrap();
-    let page = Page {
-        status: 200,
-        fields: hidden_fields(&html),
-        html,
-        cookie: Some(cookie),
-    };
+    let page = page_of(
+        get_authorize(
+            &endpoints,
+            &[
+                ("response_type", "code"),
+                ("client_id", &client_id),
+                ("redirect_uri", CALLBACK),
+                ("code_challenge", &challenge),
+                ("code_challenge_method", "S256"),
+                ("scope", "memory:read"),
+            ],
+        )
+        .await,
+    )
+    .await;
     let location = submit(&endpoints, &page, &acme.api_key, "allow")
         .await
         .unwrap();

@@ -226,15 +226,22 @@ async fn read_form(request: Request) -> Result<(HeaderMap, HashMap<String, Strin
     }
 }
 
+/// The form of a request to the token or revocation endpoint, and the
+/// client it authenticates.
+async fn client_request(
+    oauth: &OAuth,
+    request: Request,
+) -> Result<(HashMap<String, String>, std::sync::Arc<Client>), Response> {
+    let (headers, form) = read_form(request).await?;
+    let client = authenticate_client(oauth, &headers, &form).await?;
+    Ok((form, client))
+}
+
 /// `POST /token`.
 pub(super) async fn token(State(app): State<App>, request: Request) -> Response {
-    let (headers, form) = match read_form(request).await {
-        Ok(read) => read,
-        Err(response) => return response,
-    };
     let oauth = &app.oauth;
-    let client = match authenticate_client(oauth, &headers, &form).await {
-        Ok(client) => client,
+    let (form, client) = match client_request(oauth, request).await {
+        Ok(read) => read,
         Err(response) => return response,
     };
     let param = |name: &str| form.get(name).map(String::as_str).unwrap_or_default();
@@ -386,13 +393,9 @@ async fn refresh(app: &App, client: &Client, presented: &str, scope: Option<&Str
 /// access tokens (short-lived, not stored) are accepted silently, as RFC
 /// 7009 asks.
 pub(super) async fn revoke(State(app): State<App>, request: Request) -> Response {
-    let (headers, form) = match read_form(request).await {
-        Ok(read) => read,
-        Err(response) => return response,
-    };
     let oauth = &app.oauth;
-    let client = match authenticate_client(oauth, &headers, &form).await {
-        Ok(client) => client,
+    let (form, client) = match client_request(oauth, request).await {
+        Ok(read) => read,
         Err(response) => return response,
     };
     let token = form.get("token").map(String::as_str).unwrap_or_default();
