@@ -57,6 +57,26 @@ pub async fn tenants(config: &Config, command: TenantsCommand) -> anyhow::Result
                 );
             }
         }
+        TenantsCommand::Suspend { name } => {
+            let tenant_id = tenant_id(&store, &name).await?;
+            tenants::set_status(&client, tenant_id, "suspended").await?;
+            // Gateways drop every key of the tenant from their caches now.
+            let mut tx_client = store.client().await?;
+            let tx = TenantTx::begin(&mut tx_client, tenant_id).await?;
+            let keys = api_keys::list(&tx).await?;
+            drop(tx);
+            if let Ok(cache) = mneme_cache::Cache::from_config(&config.redis).await {
+                for key in keys {
+                    cache.announce_key_revoked(&key.id.to_string()).await;
+                }
+            }
+            println!("suspended tenant {name}");
+        }
+        TenantsCommand::Resume { name } => {
+            let tenant_id = tenant_id(&store, &name).await?;
+            tenants::set_status(&client, tenant_id, "active").await?;
+            println!("resumed tenant {name}");
+        }
     }
     Ok(())
 }

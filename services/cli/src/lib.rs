@@ -97,6 +97,11 @@ pub enum TenantsCommand {
     },
     /// List tenants.
     List,
+    /// Suspend a tenant: its keys and OAuth tokens stop working at once;
+    /// its memories are kept.
+    Suspend { name: String },
+    /// Lift a suspension.
+    Resume { name: String },
 }
 
 #[derive(Debug, Subcommand)]

@@ -953,3 +953,51 @@ async fn a_revoked_key_stops_its_tokens_and_itself_at_once_despite_the_credentia
         }
     }
 }
+
+#[tokio::test]
+async fn suspending_a_tenant_stops_its_keys_at_once_and_resuming_restores_them() {
+    let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "3600")]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let status = || {
+        let url = format!("http://{}/v1/tools/recall", stack.http_addr);
+        let key = acme.api_key.clone();
+        async move {
+            http()
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"text": "anything"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status().await, 200, "the key is now cached");
+    let env: HashMap<String, String> = HashMap::from([
+        ("MNEME_DATABASE_URL".into(), stack.db.app_url.clone()),
+        ("MNEME_REDIS_URL".into(), stack.redis.url.clone()),
+        ("MNEME_REDIS_PREFIX".into(), stack.redis.prefix.clone()),
+    ]);
+    let config = mneme_config::Config::from_env(&env).unwrap();
+    let tenants = |command| mneme::admin::tenants(&config, command);
+    tenants(mneme::TenantsCommand::Suspend {
+        name: "acme".into(),
+    })
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while status().await != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a suspended tenant's key still works"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    tenants(mneme::TenantsCommand::Resume {
+        name: "acme".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(status().await, 200, "resumed");
+}

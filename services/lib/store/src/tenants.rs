@@ -101,3 +101,15 @@ mod tests {
         }
     }
 }
+
+/// Sets a tenant's status (`active` or `suspended`); `false` when there is
+/// no such tenant. A suspended tenant's keys and tokens stop authenticating.
+pub async fn set_status(client: &impl GenericClient, id: Uuid, status: &str) -> Result<bool> {
+    Ok(client
+        .execute(
+            "UPDATE mneme.tenants SET status = $2 WHERE id = $1",
+            &[&id, &status],
+        )
+        .await?
+        == 1)
+}
