@@ -896,20 +896,7 @@ async fn a_revoked_key_stops_its_tokens_and_itself_at_once_despite_the_credentia
     // An hour-long cache: only the revocation announcement can stop the key.
     let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "3600")]).await;
     let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
-    let recall = |credential: String| {
-        let url = format!("http://{}/v1/tools/recall", stack.http_addr);
-        async move {
-            http()
-                .post(url)
-                .bearer_auth(credential)
-                .json(&json!({"text": "anything"}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    };
+    let recall = |credential: String| recall_status(&stack, credential);
     assert_eq!(
         recall(acme.api_key.clone()).await,
         200,
@@ -927,12 +914,7 @@ async fn a_revoked_key_stops_its_tokens_and_itself_at_once_despite_the_credentia
         "the token's key is now cached"
     );
 
-    let env: HashMap<String, String> = HashMap::from([
-        ("MNEME_DATABASE_URL".into(), stack.db.app_url.clone()),
-        ("MNEME_REDIS_URL".into(), stack.redis.url.clone()),
-        ("MNEME_REDIS_PREFIX".into(), stack.redis.prefix.clone()),
-    ]);
-    let config = mneme_config::Config::from_env(&env).unwrap();
+    let config = operator_config(&stack);
     mneme::admin::keys(
         &config,
         mneme::KeysCommand::Revoke {
@@ -958,28 +940,9 @@ async fn a_revoked_key_stops_its_tokens_and_itself_at_once_despite_the_credentia
 async fn suspending_a_tenant_stops_its_keys_at_once_and_resuming_restores_them() {
     let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "3600")]).await;
     let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
-    let status = || {
-        let url = format!("http://{}/v1/tools/recall", stack.http_addr);
-        let key = acme.api_key.clone();
-        async move {
-            http()
-                .post(url)
-                .bearer_auth(key)
-                .json(&json!({"text": "anything"}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    };
+    let status = || recall_status(&stack, acme.api_key.clone());
     assert_eq!(status().await, 200, "the key is now cached");
-    let env: HashMap<String, String> = HashMap::from([
-        ("MNEME_DATABASE_URL".into(), stack.db.app_url.clone()),
-        ("MNEME_REDIS_URL".into(), stack.redis.url.clone()),
-        ("MNEME_REDIS_PREFIX".into(), stack.redis.prefix.clone()),
-    ]);
-    let config = mneme_config::Config::from_env(&env).unwrap();
+    let config = operator_config(&stack);
     let tenants = |command| mneme::admin::tenants(&config, command);
     tenants(mneme::TenantsCommand::Suspend {
         name: "acme".into(),
@@ -1000,4 +963,28 @@ async fn suspending_a_tenant_stops_its_keys_at_once_and_resuming_restores_them()
     .await
     .unwrap();
     assert_eq!(status().await, 200, "resumed");
+}
+
+/// The configuration an operator's `mneme` command would run with against
+/// `stack`.
+fn operator_config(stack: &Stack) -> mneme_config::Config {
+    let env: HashMap<String, String> = HashMap::from([
+        ("MNEME_DATABASE_URL".into(), stack.db.app_url.clone()),
+        ("MNEME_REDIS_URL".into(), stack.redis.url.clone()),
+        ("MNEME_REDIS_PREFIX".into(), stack.redis.prefix.clone()),
+    ]);
+    mneme_config::Config::from_env(&env).unwrap()
+}
+
+/// The HTTP status of a `recall` through the REST facade with `credential`.
+async fn recall_status(stack: &Stack, credential: String) -> u16 {
+    http()
+        .post(format!("http://{}/v1/tools/recall", stack.http_addr))
+        .bearer_auth(credential)
+        .json(&json!({"text": "anything"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
 }
