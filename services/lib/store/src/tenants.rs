@@ -89,6 +89,18 @@ pub async fn active_ids(client: &impl GenericClient) -> Result<Vec<Uuid>> {
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// Sets a tenant's status (`active` or `suspended`); `false` when there is
+/// no such tenant. A suspended tenant's keys and tokens stop authenticating.
+pub async fn set_status(client: &impl GenericClient, id: Uuid, status: &str) -> Result<bool> {
+    Ok(client
+        .execute(
+            "UPDATE mneme.tenants SET status = $2 WHERE id = $1",
+            &[&id, &status],
+        )
+        .await?
+        == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::validate_name;
@@ -100,16 +112,4 @@ mod tests {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
     }
-}
-
-/// Sets a tenant's status (`active` or `suspended`); `false` when there is
-/// no such tenant. A suspended tenant's keys and tokens stop authenticating.
-pub async fn set_status(client: &impl GenericClient, id: Uuid, status: &str) -> Result<bool> {
-    Ok(client
-        .execute(
-            "UPDATE mneme.tenants SET status = $2 WHERE id = $1",
-            &[&id, &status],
-        )
-        .await?
-        == 1)
 }
