@@ -116,15 +116,9 @@ impl LocalWindows {
         if self.counts.len() > LOCAL_SWEEP_AT {
             self.counts.retain(|_, (_, expires)| *expires > now);
         }
-        let used = |counts: &HashMap<String, (u32, Instant)>, key: &str| {
-            counts
-                .get(key)
-                .filter(|(_, expires)| *expires > now)
-                .map_or(0, |(count, _)| *count)
-        };
         let mut tightest = (0, u32::MAX);
         for (index, bucket) in buckets.iter().enumerate() {
-            let used = used(&self.counts, &bucket.key);
+            let used = self.count(&bucket.key);
             if used >= bucket.limit {
                 return Admission {
                     allowed: false,
@@ -138,14 +132,7 @@ impl LocalWindows {
             }
         }
         for bucket in buckets {
-            let entry = self
-                .counts
-                .entry(bucket.key.clone())
-                .or_insert((0, now + bucket.ttl));
-            if entry.1 <= now {
-                *entry = (0, now + bucket.ttl);
-            }
-            entry.0 += 1;
+            self.add(bucket);
         }
         Admission {
             allowed: true,

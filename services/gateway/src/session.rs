@@ -426,7 +426,8 @@ fn credential_hash(headers: &HeaderMap, principal: &Principal) -> Option<String>
     ))
 }
 
-fn not_found(call: Option<&McpCall>) -> Response {
+/// 404 with JSON-RPC -32000 "Session not found" (also for legacy SSE ids).
+pub(crate) fn not_found(call: Option<&McpCall>) -> Response {
     jsonrpc::error_response(
         StatusCode::NOT_FOUND,
         jsonrpc::SERVER_ERROR,

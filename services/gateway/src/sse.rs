@@ -43,7 +43,7 @@ use crate::App;
 use crate::jsonrpc::{self, McpCall};
 use crate::mcp::McpServer;
 use crate::metrics::{self, METRICS};
-use crate::session::SessionLayer;
+use crate::session::{SessionLayer, not_found};
 
 /// Protocol revision of this transport, recorded on its sessions.
 const SSE_PROTOCOL_VERSION: &str = "2024-11-05";
@@ -278,13 +278,4 @@ async fn message(
     } else {
         not_found(call.as_ref())
     }
-}
-
-fn not_found(call: Option<&McpCall>) -> Response {
-    jsonrpc::error_response(
-        StatusCode::NOT_FOUND,
-        jsonrpc::SERVER_ERROR,
-        "Session not found",
-        call.and_then(|c| c.id.as_ref()),
-    )
 }
