@@ -5,6 +5,7 @@
 //! - [`up`]: every service in one process, for a single machine.
 //! - [`admin`]: tenant, key and user management against the database.
 //! - [`login`]: OAuth sign-in of the command line, stored tokens, refresh.
+//! - [`hook`]: Claude Code's PostToolUse hook (surfaced memories), fail-open.
 //!
 //! Commands print results for humans on stdout and diagnostics on stderr;
 //! `keys create` prints the new key as the last line of stdout so scripts
@@ -12,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod hook;
 pub mod login;
 pub mod up;
 
@@ -47,6 +49,14 @@ pub enum Command {
         /// instead of signing in.
         #[arg(long)]
         print_token: bool,
+    },
+    /// Claude Code PostToolUse hook: reads the hook input on stdin and
+    /// prints the memories relevant to the tool call as
+    /// `hookSpecificOutput.additionalContext` (or `{}`). Never fails.
+    Hook {
+        /// The host whose hook format is used.
+        #[arg(long, default_value = "claude")]
+        host: String,
     },
     /// Manage the people of a tenant (they sign in to approve connectors).
     #[command(subcommand)]
@@ -214,6 +224,10 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
             let credentials = login::login(&url, login::print_and_open()).await?;
             login::save(&credentials, &path)?;
             eprintln!("signed in to {url}; tokens stored in {}", path.display());
+            Ok(())
+        }
+        Command::Hook { host } => {
+            println!("{}", hook::run(&host).await);
             Ok(())
         }
         Command::Config(ConfigCommand::Check) => {

@@ -7,6 +7,12 @@ use mneme_config::{Config, ProcessEnv};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The hook fails open: it must answer `{}` even when the rest of the
+    // configuration does not parse, so it runs before (and without) it.
+    if let mneme::Command::Hook { host } = &cli.command {
+        println!("{}", mneme::hook::run(host).await);
+        return std::process::ExitCode::SUCCESS;
+    }
     let config = match Config::from_env(&ProcessEnv) {
         Ok(config) => config,
         Err(error) => {

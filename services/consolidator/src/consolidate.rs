@@ -98,6 +98,7 @@ pub enum Stage {
     ContradictionAdjudication,
     SupersessionReview,
     SearchEventsGc,
+    SurfacingRetention,
     OAuthTokenGc,
 }
 
@@ -116,6 +117,7 @@ pub const STAGES: &[Stage] = &[
     Stage::ContradictionAdjudication,
     Stage::SupersessionReview,
     Stage::SearchEventsGc,
+    Stage::SurfacingRetention,
     Stage::OAuthTokenGc,
 ];
 
@@ -142,6 +144,7 @@ impl Stage {
             Stage::ContradictionAdjudication => "contradiction_adjudication",
             Stage::SupersessionReview => "supersession_review",
             Stage::SearchEventsGc => "search_events_gc",
+            Stage::SurfacingRetention => "surfacing_retention",
             Stage::OAuthTokenGc => "oauth_token_gc",
         }
     }
@@ -165,6 +168,14 @@ impl Stage {
             // Their work is the model's answers: see `Consolidator::prepare`.
             Stage::ContradictionAdjudication | Stage::SupersessionReview => Ok(0),
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
+            // Blanked queries and deleted events, together.
+            Stage::SurfacingRetention => mneme_store::surfacing::apply_retention(
+                tx,
+                rules.surfacing_query_retention_days,
+                rules.surfacing_stats_retention_days,
+            )
+            .await
+            .map(|(blanked, deleted)| blanked + deleted),
             // Expired refresh tokens can never be used again.
             Stage::OAuthTokenGc => mneme_store::oauth::delete_expired_refresh_tokens(tx, now).await,
         }
@@ -581,6 +592,8 @@ impl Consolidator {
             gc_grace_days: self.settings.gc_grace_days,
             gc_max_per_run: self.settings.gc_max_per_run,
             search_event_retention_days: self.settings.search_event_retention_days,
+            surfacing_query_retention_days: self.settings.surfacing_query_retention_days,
+            surfacing_stats_retention_days: self.settings.surfacing_stats_retention_days,
             anchor_min_accesses: self.settings.anchor_min_accesses,
             anchor_min_importance: self.settings.anchor_min_importance,
             activation_half_life_days: self.settings.activation_half_life_days,

@@ -15,8 +15,8 @@ use mneme_proto::v1::{
     GraphExploreRequest, GraphExploreResponse, LinkRequest, LinkResponse, RecallRequest,
     RecallResponse, RecalledFragment, ReconstructHistoryRequest, ReconstructHistoryResponse,
     ReflectRequest, ReflectResponse, RememberRequest, RememberResponse, SearchTracesRequest,
-    SearchTracesResponse, StatsRequest, StatsResponse, ToolFeedbackRequest, ToolFeedbackResponse,
-    batch_remember_event, consolidate_event,
+    SearchTracesResponse, StatsRequest, StatsResponse, SurfaceRequest, SurfaceResponse,
+    ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event, consolidate_event,
 };
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
@@ -215,4 +215,5 @@ unary_rpcs! {
     recall_client.fragment_history(FragmentHistoryRequest) -> FragmentHistoryResponse;
     recall_client.reconstruct_history(ReconstructHistoryRequest) -> ReconstructHistoryResponse;
     recall_client.search_traces(SearchTracesRequest) -> SearchTracesResponse;
+    recall_client.surface(SurfaceRequest) -> SurfaceResponse;
 }

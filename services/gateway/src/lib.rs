@@ -25,6 +25,7 @@
 //! - `jsonrpc`: the peek at each MCP message and the gateway's own
 //!   JSON-RPC refusals.
 //! - `metrics`: the gateway's Prometheus metrics.
+//! - `surfacing`: the active-surfacing engine and `POST /v1/surface`.
 //!
 //! Middleware, outermost first: request id → trace → CORS → panic guard →
 //! body limit → timeout → (on MCP routes) Origin/Host check →
@@ -46,6 +47,7 @@ mod oauth;
 mod rest;
 mod session;
 mod sse;
+mod surfacing;
 mod tools;
 
 use std::future::{Future, IntoFuture};
@@ -85,6 +87,7 @@ pub struct App {
     limiter: Arc<limits::Limiter>,
     oauth: oauth::Shared,
     sse: Arc<sse::SseStreams>,
+    surfacer: Arc<surfacing::Surfacer>,
     /// Cancelled when the gateway shuts down: ends open streams.
     shutdown: CancellationToken,
     /// The gateway's public base URL, for links in responses and documents.
@@ -120,6 +123,12 @@ impl App {
                 gateway.rate_limits.clone(),
                 gateway.trusted_proxy_hops,
             )),
+            surfacer: Arc::new(surfacing::Surfacer::new(
+                config.surfacing.clone(),
+                backends.clone(),
+                cache.clone(),
+                store.clone(),
+            )?),
             store,
             cache,
             backends,
@@ -164,6 +173,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
             hygiene::check_origin_and_host,
         ));
     let rest = rest::routes()
+        .merge(surfacing::http::routes())
         .layer(limit())
         .layer(require_scope())
         .layer(authenticate());

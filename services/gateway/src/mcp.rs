@@ -40,6 +40,7 @@ concrete names and numbers). Call `forget` for memories that are wrong or obsole
 #[derive(Debug, Clone)]
 pub(crate) struct McpServer {
     backends: Backends,
+    surfacer: Arc<crate::surfacing::Surfacer>,
     public_url: Arc<str>,
     limits: PublicLimits,
 }
@@ -117,6 +118,7 @@ impl McpServer {
     ) -> ToolContext {
         ToolContext {
             backends: self.backends.clone(),
+            surfacer: self.surfacer.clone(),
             principal,
             progress,
             public_url: self.public_url.clone(),
@@ -334,6 +336,7 @@ impl McpServer {
     pub(crate) fn for_app(app: &crate::App) -> Self {
         Self {
             backends: app.backends.clone(),
+            surfacer: app.surfacer.clone(),
             public_url: app.public_url.as_str().into(),
             limits: app.limits.clone(),
         }

@@ -25,6 +25,10 @@ pub(crate) struct Metrics {
     pub(crate) sse_streams: IntGauge,
     /// MCP sessions whose worker this pod holds in memory.
     pub(crate) sessions_in_memory: IntGauge,
+    /// Surfacing attempts by outcome: `surfaced` or the skip reason.
+    pub(crate) surfacing: IntCounterVec,
+    /// Time surfacing added to a call, by outcome.
+    pub(crate) surfacing_seconds: HistogramVec,
 }
 
 pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -47,6 +51,24 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "mneme_http_rejected_total",
         "Requests refused before reaching MCP, by reason.",
         &["reason"],
+    ),
+    surfacing: counter(
+        "mneme_surfacing_total",
+        "Surfacing attempts by outcome (surfaced, or the reason nothing was injected).",
+        &["outcome"],
+    ),
+    surfacing_seconds: register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "mneme_surfacing_seconds",
+                "Time surfacing added to a tool call, by outcome.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0,
+            ]),
+            &["outcome"],
+        )
+        .expect("valid metric"),
     ),
     requests: register(
         HistogramVec::new(

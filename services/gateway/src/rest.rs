@@ -26,6 +26,7 @@ pub(crate) fn routes() -> Router<App> {
 fn context(app: &App, principal: Principal) -> ToolContext {
     ToolContext {
         backends: app.backends.clone(),
+        surfacer: app.surfacer.clone(),
         principal,
         progress: None,
         public_url: app.public_url.as_str().into(),

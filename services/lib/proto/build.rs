@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         format!("{root}/mneme/v1/common.proto"),
         format!("{root}/mneme/v1/memory.proto"),
+        format!("{root}/mneme/v1/surfacing.proto"),
     ];
     let mut config = tonic_prost_build::Config::new();
     if std::env::var_os("PROTOC").is_none() {

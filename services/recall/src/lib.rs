@@ -13,6 +13,7 @@
 //! - `rerank`: the optional external cross-encoder.
 //! - `spread`: spreading activation from the agent's current context.
 //! - `symbolic`: explanations and the case filter of the symbolic layer.
+//! - `surface`: candidates for active surfacing, with calibrated relevance.
 //!
 //! One recall, inside a single tenant transaction:
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
@@ -39,6 +40,7 @@ mod query;
 mod rank;
 mod rerank;
 mod spread;
+mod surface;
 mod symbolic;
 
 use std::collections::HashMap;
@@ -60,7 +62,7 @@ use mneme_proto::v1::{
     ContextRequest, ContextResponse, FetchRequest, FragmentHistoryRequest, FragmentHistoryResponse,
     GraphExploreRequest, GraphExploreResponse, RecallRequest, RecallResponse, RecalledFragment,
     ReconstructHistoryRequest, ReconstructHistoryResponse, SearchTracesRequest,
-    SearchTracesResponse, StatsRequest, StatsResponse,
+    SearchTracesResponse, StatsRequest, StatsResponse, SurfaceRequest, SurfaceResponse,
 };
 use mneme_store::fragments::{self, Fragment, Hit};
 use mneme_store::search_events::{self, SearchEvent};
@@ -571,6 +573,16 @@ impl RecallService for RecallServer {
     ) -> Result<Response<SearchTracesResponse>, Status> {
         handle(request, |principal, message| async move {
             RecallServer::search_traces(self, &principal, message).await
+        })
+        .await
+    }
+
+    async fn surface(
+        &self,
+        request: Request<SurfaceRequest>,
+    ) -> Result<Response<SurfaceResponse>, Status> {
+        handle(request, |principal, message| async move {
+            RecallServer::surface(self, &principal, message).await
         })
         .await
     }

@@ -11,8 +11,9 @@
 //! Tool implementations live in one submodule per concern: [`remember`],
 //! [`recall`], [`edit`] (forget, amend, link), [`session`] (context,
 //! reflect, tool_feedback), [`explore`] (stats, graph, history, traces),
-//! [`connector`] (ChatGPT's search and fetch), [`guide`] and [`admin`]
-//! (memory_consolidate). Each turns JSON
+//! [`connector`] (ChatGPT's search and fetch), [`guide`], [`admin`]
+//! (memory_consolidate) and [`surfacing`] (ratings and statistics of
+//! surfaced memories). Each turns JSON
 //! arguments into a gRPC request and the reply into JSON. [`kinds`] holds
 //! the enumerations they share.
 
@@ -26,6 +27,7 @@ mod recall;
 pub(crate) mod reference;
 mod remember;
 mod session;
+mod surfacing;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -72,6 +74,8 @@ pub(crate) trait ProgressSink: Send + Sync {
 #[derive(Clone)]
 pub(crate) struct ToolContext {
     pub(crate) backends: Backends,
+    /// The surfacing engine (feedback and stats of surfaced memories).
+    pub(crate) surfacer: Arc<crate::surfacing::Surfacer>,
     pub(crate) principal: Principal,
     pub(crate) progress: Option<Arc<dyn ProgressSink>>,
     /// The gateway's public base URL, for links in results.
@@ -111,6 +115,8 @@ pub(crate) struct ToolSpec {
 pub(crate) const EXAMPLE_FRAGMENT_ID: &str = "<fragment id>";
 /// Stands for the id of a second memory in tool examples.
 pub(crate) const EXAMPLE_OTHER_FRAGMENT_ID: &str = "<other fragment id>";
+/// Stands for the `surfacing_id` of a block of surfaced memories.
+pub(crate) const EXAMPLE_SURFACING_ID: &str = "<surfacing id>";
 
 impl std::fmt::Debug for ToolSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -284,7 +290,8 @@ pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
         .chain(explore::tools())
         .chain(connector::tools())
         .chain(guide::tools())
-        .chain(admin::tools());
+        .chain(admin::tools())
+        .chain(surfacing::tools());
     for spec in all {
         let name = spec.name;
         assert!(

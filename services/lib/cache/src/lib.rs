@@ -9,7 +9,8 @@
 //! Layout: [`Cache`] (connection, key naming, health), the query-embedding
 //! cache, quota counts, session working memory ([`WorkingMemoryItem`]), ids
 //! already shown to a session, and the embedding wake-up channel
-//! ([`Cache::wake_embedding_worker`], [`WakeListener`]).
+//! ([`Cache::wake_embedding_worker`], [`WakeListener`]), and [`surfacing`]
+//! (rate window, cooldown, dedup and invalidation of active surfacing).
 //! [`sessions`] (MCP session records), [`rate_limit`] (shared request
 //! counters) and [`relay`] (messages for a connection another process
 //! holds) are the exceptions: they report Redis failures, because the
@@ -19,6 +20,7 @@
 pub mod rate_limit;
 pub mod relay;
 pub mod sessions;
+pub mod surfacing;
 
 pub use rate_limit::{Admission, Bucket};
 pub use relay::{Relay, RelayMessages, Relayed};

@@ -175,6 +175,16 @@ impl Reader<'_> {
         Duration::from_secs(self.positive(setting) as u64)
     }
 
+    /// A positive number that fits an SQL `integer` (days, counts).
+    fn positive_i32(&mut self, setting: Setting) -> i32 {
+        let value = self.positive(setting);
+        i32::try_from(value).unwrap_or_else(|_| {
+            self.problems
+                .push(format!("{} must be at most {}", setting.name, i32::MAX));
+            1
+        })
+    }
+
     fn problem(&mut self, message: String) {
         self.problems.push(message);
     }
@@ -199,6 +209,134 @@ pub struct Config {
     /// The symbolic layer; `recall.symbolic` and `remember.symbolic` are
     /// copies, so each service reads only its own section.
     pub symbolic: SymbolicConfig,
+    /// Active surfacing (gateway), and its retention (consolidator).
+    pub surfacing: SurfacingConfig,
+}
+
+/// Active surfacing (`MNEME_SURFACING_*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SurfacingConfig {
+    pub enabled: bool,
+    pub min_score: f32,
+    pub max_results: usize,
+    pub max_injection_chars: usize,
+    pub preview_chars: usize,
+    /// `append`, `prepend` or `section`.
+    pub injection_mode: String,
+    pub section_header: String,
+    pub exclude_tools: Vec<String>,
+    /// `None`: the built-in list.
+    pub write_tool_patterns: Option<Vec<String>>,
+    /// Per-tool query templates, keyed by `server__tool` or bare tool name.
+    pub query_templates: Vec<(String, String)>,
+    pub min_signal: usize,
+    pub rate_per_minute: u32,
+    pub cooldown: Duration,
+    pub cooldown_similarity: f64,
+    pub timeout: Duration,
+    pub breaker_failures: u32,
+    pub breaker_reset: Duration,
+    /// Zero: no dedup across surfacings.
+    pub dedup_ttl: Duration,
+    /// Zero: no demotion.
+    pub demotion_threshold: u32,
+    pub tuner_enabled: bool,
+    pub tuner_min_samples: u32,
+    pub tuner_step: f32,
+    pub tuner_floor: f32,
+    pub tuner_ceiling: f32,
+    pub tuner_raise_above: f64,
+    pub tuner_lower_above: f64,
+    pub tuner_hysteresis: f64,
+    pub persist_query_text: bool,
+    pub query_retention_days: i32,
+    pub stats_retention_days: i32,
+    pub context_window: Option<u32>,
+    pub hook_tools: Vec<String>,
+}
+
+/// Reads and validates the `Active surfacing` section.
+fn surfacing_config(r: &mut Reader<'_>) -> SurfacingConfig {
+    let unit = |r: &mut Reader<'_>, setting: Setting| -> f32 {
+        let value: f32 = r.value(setting);
+        if !(0.0..=1.0).contains(&value) {
+            r.problem(format!("{} must be between 0 and 1", setting.name));
+        }
+        value
+    };
+    let query_templates = match r.raw(settings::SURFACING_QUERY_TEMPLATES) {
+        None => Vec::new(),
+        Some(raw) => match serde_json::from_str::<std::collections::BTreeMap<String, String>>(&raw)
+        {
+            Ok(map) => map.into_iter().collect(),
+            Err(e) => {
+                r.problem(format!(
+                    "{}: expected a JSON object of strings ({e})",
+                    settings::SURFACING_QUERY_TEMPLATES.name
+                ));
+                Vec::new()
+            }
+        },
+    };
+    let mode: String = r.value(settings::SURFACING_INJECTION_MODE);
+    if !matches!(mode.as_str(), "append" | "prepend" | "section") {
+        r.problem(format!(
+            "{}={mode:?}: expected append, prepend or section",
+            settings::SURFACING_INJECTION_MODE.name
+        ));
+    }
+    let config = SurfacingConfig {
+        enabled: r.flag(settings::SURFACING_ENABLED),
+        min_score: unit(r, settings::SURFACING_MIN_SCORE),
+        max_results: r.positive(settings::SURFACING_MAX_RESULTS),
+        max_injection_chars: r.positive(settings::SURFACING_MAX_INJECTION_CHARS),
+        preview_chars: r.positive(settings::SURFACING_PREVIEW_CHARS),
+        injection_mode: mode,
+        section_header: r.value(settings::SURFACING_SECTION_HEADER),
+        exclude_tools: r
+            .list(settings::SURFACING_EXCLUDE_TOOLS)
+            .unwrap_or_default(),
+        write_tool_patterns: r.list(settings::SURFACING_WRITE_TOOL_PATTERNS),
+        query_templates,
+        min_signal: r.positive(settings::SURFACING_MIN_SIGNAL),
+        rate_per_minute: r.positive_u32(settings::SURFACING_RATE_PER_MINUTE),
+        cooldown: r.millis(settings::SURFACING_COOLDOWN_MS),
+        cooldown_similarity: f64::from(unit(r, settings::SURFACING_COOLDOWN_SIMILARITY)),
+        timeout: Duration::from_millis(r.positive(settings::SURFACING_TIMEOUT_MS) as u64),
+        breaker_failures: r.positive_u32(settings::SURFACING_BREAKER_FAILURES),
+        breaker_reset: r.secs(settings::SURFACING_BREAKER_RESET_SECS),
+        dedup_ttl: Duration::from_secs(r.value(settings::SURFACING_DEDUP_TTL_SECS)),
+        demotion_threshold: r.value(settings::SURFACING_DEMOTION_THRESHOLD),
+        tuner_enabled: r.flag(settings::SURFACING_TUNER_ENABLED),
+        tuner_min_samples: r.positive_u32(settings::SURFACING_TUNER_MIN_SAMPLES),
+        tuner_step: unit(r, settings::SURFACING_TUNER_STEP),
+        tuner_floor: unit(r, settings::SURFACING_TUNER_FLOOR),
+        tuner_ceiling: unit(r, settings::SURFACING_TUNER_CEILING),
+        tuner_raise_above: f64::from(unit(r, settings::SURFACING_TUNER_RAISE_ABOVE)),
+        tuner_lower_above: f64::from(unit(r, settings::SURFACING_TUNER_LOWER_ABOVE)),
+        tuner_hysteresis: f64::from(unit(r, settings::SURFACING_TUNER_HYSTERESIS)),
+        persist_query_text: r.flag(settings::SURFACING_PERSIST_QUERY_TEXT),
+        query_retention_days: r.positive_i32(settings::SURFACING_QUERY_RETENTION_DAYS),
+        stats_retention_days: r.positive_i32(settings::SURFACING_STATS_RETENTION_DAYS),
+        context_window: r.optional(settings::SURFACING_CONTEXT_WINDOW),
+        hook_tools: r.list(settings::SURFACING_HOOK_TOOLS).unwrap_or_default(),
+    };
+    if config.tuner_floor > config.tuner_ceiling {
+        r.problem(format!(
+            "{} must not exceed {}",
+            settings::SURFACING_TUNER_FLOOR.name,
+            settings::SURFACING_TUNER_CEILING.name
+        ));
+    }
+    if config.tuner_step > config.tuner_ceiling - config.tuner_floor && config.tuner_enabled {
+        r.problem(format!(
+            "{} must not exceed the tuner's band ({} to {})",
+            settings::SURFACING_TUNER_STEP.name,
+            settings::SURFACING_TUNER_FLOOR.name,
+            settings::SURFACING_TUNER_CEILING.name
+        ));
+    }
+    config
 }
 
 /// The scheduled maintenance of the consolidator.
@@ -210,6 +348,10 @@ pub struct ConsolidationConfig {
     pub gc_grace_days: i32,
     pub gc_max_per_run: i64,
     pub search_event_retention_days: i32,
+    /// Copies of `MNEME_SURFACING_QUERY_RETENTION_DAYS` and
+    /// `MNEME_SURFACING_STATS_RETENTION_DAYS`, for the retention stage.
+    pub surfacing_query_retention_days: i32,
+    pub surfacing_stats_retention_days: i32,
     pub anchor_min_accesses: i32,
     pub anchor_min_importance: f32,
     pub activation_half_life_days: f64,
@@ -897,6 +1039,8 @@ impl Config {
             gc_grace_days: whole(&mut r, settings::GC_GRACE_DAYS),
             gc_max_per_run: i64::try_from(r.positive(settings::GC_MAX_PER_RUN)).unwrap_or(i64::MAX),
             search_event_retention_days: whole(&mut r, settings::SEARCH_EVENT_RETENTION_DAYS),
+            surfacing_query_retention_days: 0,
+            surfacing_stats_retention_days: 0,
             anchor_min_accesses: whole(&mut r, settings::ANCHOR_MIN_ACCESSES),
             anchor_min_importance: r.value(settings::ANCHOR_MIN_IMPORTANCE),
             activation_half_life_days: r.positive(settings::ACTIVATION_HALF_LIFE_DAYS) as f64,
@@ -971,8 +1115,11 @@ impl Config {
                 settings::LLM_URL.name
             ));
         }
+        let surfacing = surfacing_config(&mut r);
         let consolidation = ConsolidationConfig {
             llm: primary.into_iter().chain(fallback).collect(),
+            surfacing_query_retention_days: surfacing.query_retention_days,
+            surfacing_stats_retention_days: surfacing.stats_retention_days,
             ..consolidation
         };
         for (setting, similarity) in [
@@ -1009,6 +1156,7 @@ impl Config {
                 consolidation,
                 metrics_addr,
                 symbolic,
+                surfacing,
             })
         } else {
             Err(ConfigError {

@@ -345,6 +345,82 @@ settings! {
         LOG_FORMAT = "MNEME_LOG_FORMAT", Some("text"),
             "`text` for humans or `json` for log pipelines.";
     }
+    "Active surfacing" {
+        SURFACING_ENABLED = "MNEME_SURFACING_ENABLED", Some("true"),
+            "Master switch of active surfacing (relevant memories added to proxied tool results and to `mneme hook`). Off, `/v1/surface` answers with nothing to add.";
+        SURFACING_MIN_SCORE = "MNEME_SURFACING_MIN_SCORE", Some("0.5"),
+            "Default relevance threshold in [0, 1]. Relevance is calibrated (an estimate of the probability that a memory is relevant, see docs/SURFACING.md), so the threshold means the same for every tenant and query. The auto-tuner moves it per (tenant, server, tool) within the tuner's floor and ceiling. Buckets: the thirds of [threshold, 1] are `[weak]`, `[related]` and `[strong]`.";
+        SURFACING_MAX_RESULTS = "MNEME_SURFACING_MAX_RESULTS", Some("3"),
+            "Most memories one surfacing injects (clients with a small context window get fewer, large ones more).";
+        SURFACING_MAX_INJECTION_CHARS = "MNEME_SURFACING_MAX_INJECTION_CHARS", Some("3000"),
+            "Largest injected block, in characters; memories that do not fit are dropped whole.";
+        SURFACING_PREVIEW_CHARS = "MNEME_SURFACING_PREVIEW_CHARS", Some("300"),
+            "Characters of each memory shown in the block.";
+        SURFACING_INJECTION_MODE = "MNEME_SURFACING_INJECTION_MODE", Some("append"),
+            "`append` (after the tool result's text, so offsets into it stay valid), `prepend`, or `section` (a separate content item of its own).";
+        SURFACING_SECTION_HEADER = "MNEME_SURFACING_SECTION_HEADER", Some("## Relevant Memories"),
+            "Heading of the injected block.";
+        SURFACING_EXCLUDE_TOOLS = "MNEME_SURFACING_EXCLUDE_TOOLS", None,
+            "Comma-separated globs (`*`, `?`, `[..]`, case-insensitive) of tools never surfaced on, matched against `server__tool` and the bare tool name (e.g. `context7__*,*debug*`).";
+        SURFACING_WRITE_TOOL_PATTERNS = "MNEME_SURFACING_WRITE_TOOL_PATTERNS", None,
+            "Comma-separated globs naming write tools (skipped) when a tool has no MCP `readOnlyHint`/`destructiveHint` annotation. Defaults to `*write*,*create*,*delete*,*remove*,*update*,*edit*,*move*,*rename*,*push*,*send*,post_*,*_post,put_*,*_put,*insert*,*upsert*,*merge*,*patch*,*drop*,*set_*,commit*,*_commit,*deploy*,*publish*`.";
+        SURFACING_QUERY_TEMPLATES = "MNEME_SURFACING_QUERY_TEMPLATES", None,
+            "JSON object of per-tool query templates, keyed by `server__tool` or a bare tool name, with the placeholders `{tool}`, `{server}` and `{arg.NAME}` (e.g. `{\"github__get_issue\":\"issue {arg.title} {arg.repo}\"}`).";
+        SURFACING_MIN_SIGNAL = "MNEME_SURFACING_MIN_SIGNAL", Some("1"),
+            "Signal tokens an extracted query needs (a word of three or more characters that is not a stop word, a Hangul or CJK word, or a letter–digit token); a query from the tool name alone needs two.";
+        SURFACING_RATE_PER_MINUTE = "MNEME_SURFACING_RATE_PER_MINUTE", Some("15"),
+            "Surfacings per tenant per minute (shared by all gateway pods through Redis); calls beyond it pass through without memories.";
+        SURFACING_COOLDOWN_MS = "MNEME_SURFACING_COOLDOWN_MS", Some("5000"),
+            "A query nearly identical to one surfaced for the same key, agent, server and tool within this many milliseconds is skipped.";
+        SURFACING_COOLDOWN_SIMILARITY = "MNEME_SURFACING_COOLDOWN_SIMILARITY", Some("0.95"),
+            "Jaccard similarity of the query words above which the cooldown applies.";
+        SURFACING_TIMEOUT_MS = "MNEME_SURFACING_TIMEOUT_MS", Some("3000"),
+            "Hard limit of the memory lookup, in milliseconds; a slower lookup is abandoned and the tool result goes out unchanged.";
+        SURFACING_BREAKER_FAILURES = "MNEME_SURFACING_BREAKER_FAILURES", Some("3"),
+            "Consecutive failed or timed-out lookups (per tenant, per gateway pod) that open the circuit breaker.";
+        SURFACING_BREAKER_RESET_SECS = "MNEME_SURFACING_BREAKER_RESET_SECS", Some("60"),
+            "Seconds an open breaker skips surfacing; then a single probe decides whether it closes.";
+        SURFACING_DEDUP_TTL_SECS = "MNEME_SURFACING_DEDUP_TTL_SECS", Some("604800"),
+            "A memory surfaced to a key and agent is not surfaced to them again for this many seconds, across sessions (0: only never twice in one block).";
+        SURFACING_DEMOTION_THRESHOLD = "MNEME_SURFACING_DEMOTION_THRESHOLD", Some("3"),
+            "A memory rated `not_relevant` or `already_known` by a key in this many distinct surfacing events is no longer surfaced to it (0: off).";
+        SURFACING_TUNER_ENABLED = "MNEME_SURFACING_TUNER_ENABLED", Some("true"),
+            "Move the threshold per (tenant, server, tool) from the agents' ratings.";
+        SURFACING_TUNER_MIN_SAMPLES = "MNEME_SURFACING_TUNER_MIN_SAMPLES", Some("20"),
+            "Ratings gathered since the last move before the tuner moves a threshold again.";
+        SURFACING_TUNER_STEP = "MNEME_SURFACING_TUNER_STEP", Some("0.02"),
+            "How far one move changes a threshold.";
+        SURFACING_TUNER_FLOOR = "MNEME_SURFACING_TUNER_FLOOR", Some("0.3"),
+            "Lowest threshold the tuner sets.";
+        SURFACING_TUNER_CEILING = "MNEME_SURFACING_TUNER_CEILING", Some("0.9"),
+            "Highest threshold the tuner sets.";
+        SURFACING_TUNER_RAISE_ABOVE = "MNEME_SURFACING_TUNER_RAISE_ABOVE", Some("0.6"),
+            "Share of negative ratings (`not_relevant`, `already_known`) above which the threshold rises.";
+        SURFACING_TUNER_LOWER_ABOVE = "MNEME_SURFACING_TUNER_LOWER_ABOVE", Some("0.8"),
+            "Share of `helpful` ratings above which the threshold falls.";
+        SURFACING_TUNER_HYSTERESIS = "MNEME_SURFACING_TUNER_HYSTERESIS", Some("0.05"),
+            "Extra share a move against the previous move's direction needs, so the threshold does not oscillate.";
+        SURFACING_PERSIST_QUERY_TEXT = "MNEME_SURFACING_PERSIST_QUERY_TEXT", Some("true"),
+            "Store the query of each surfacing event as text (for the stats tool); false stores a `sha256:` digest. Queries that look like they hold a secret are never searched or stored.";
+        SURFACING_QUERY_RETENTION_DAYS = "MNEME_SURFACING_QUERY_RETENTION_DAYS", Some("30"),
+            "Days after which the consolidator blanks stored query texts (the events stay).";
+        SURFACING_STATS_RETENTION_DAYS = "MNEME_SURFACING_STATS_RETENTION_DAYS", Some("90"),
+            "Days after which the consolidator deletes surfacing events and their ratings.";
+        SURFACING_CONTEXT_WINDOW = "MNEME_SURFACING_CONTEXT_WINDOW", None,
+            "Context window (tokens) assumed for clients that name neither their model nor their window. Up to 32K gets at most 2 memories and 1,500 characters; above 200K at least 5 and 5,000.";
+        SURFACING_HOOK_TOOLS = "MNEME_SURFACING_HOOK_TOOLS", Some("read,grep,glob,shell,web_fetch,web_search"),
+            "Claude Code tools (canonical names) whose PostToolUse events `/v1/surface` surfaces on; write and edit tools are always refused.";
+    }
+    "Hook client (`mneme hook`)" {
+        HOOK_URL = "MNEME_HOOK_URL", None,
+            "Base URL of the mneme gateway that `mneme hook` asks (it posts to `<url>/v1/surface`). Defaults to `MNEME_PUBLIC_URL`, else `http://<MNEME_HTTP_ADDR>`.";
+        HOOK_API_KEY = "MNEME_HOOK_API_KEY", None,
+            "API key `mneme hook` sends. Unset: the access token stored by `mneme login` (refreshed when needed).";
+        HOOK_TIMEOUT_MS = "MNEME_HOOK_TIMEOUT_MS", Some("2500"),
+            "Longest `mneme hook` takes, in milliseconds, before it prints `{}` (no context added) and exits.";
+        HOOK_AGENT_ID = "MNEME_HOOK_AGENT_ID", None,
+            "Agent id `mneme hook` surfaces for (dedup and memories are per agent). Defaults to the key's default agent.";
+    }
     "Symbolic layer" {
         SYMBOLIC_ENABLED = "MNEME_SYMBOLIC_ENABLED", Some("false"),
             "Master switch of the symbolic layer (claims, polarity conflicts, policy rules, explanations, case filter). Off, none of the `MNEME_SYMBOLIC_*` features below runs, whatever their own setting.";

@@ -149,6 +149,9 @@ pub struct StageRules {
     /// Most fragments one run hard-deletes.
     pub gc_max_per_run: i64,
     pub search_event_retention_days: i32,
+    /// Days after which surfacing queries are blanked, and events deleted.
+    pub surfacing_query_retention_days: i32,
+    pub surfacing_stats_retention_days: i32,
     pub anchor_min_accesses: i32,
     pub anchor_min_importance: f32,
     /// Days in which a fragment's activation halves.

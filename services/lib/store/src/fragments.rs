@@ -4,6 +4,8 @@
 //! Every function takes a [`TenantTx`] and names its tenant in the query;
 //! reads are further limited to the keys the caller may read.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use mneme_core::fragment::PreparedFragment;
 use pgvector::Vector;
@@ -375,6 +377,26 @@ pub async fn embeddings(
         )
         .await?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// Cosine similarity of `embedding` to each of `ids` that has an embedding
+/// of `model` and is readable by `key_ids`.
+pub async fn similarities(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    ids: &[Uuid],
+    embedding: &Vector,
+    model: &str,
+) -> Result<HashMap<Uuid, f32>> {
+    let rows = tx
+        .query(
+            "SELECT id, (1 - (embedding <=> $5))::real FROM mneme.fragments
+              WHERE tenant_id = $1 AND id = ANY($2) AND key_id = ANY($3)
+                AND embedding IS NOT NULL AND embedding_model = $4",
+            &[&tx.tenant_id(), &ids, &key_ids, &model, embedding],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
 
 /// Relations the graph layer follows: the ones that say two memories are

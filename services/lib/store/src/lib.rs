@@ -11,7 +11,8 @@
 //!   (leases, run history and the maintenance stages), [`claims`] (the
 //!   symbolic layer's claims), [`usage`] (tool calls per key and day),
 //!   [`oauth`] (OAuth clients and refresh tokens), [`users`] (people who
-//!   sign in);
+//!   sign in), [`surfacing`] (surfacing events, ratings and tuned
+//!   thresholds);
 //!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -34,6 +35,7 @@ pub mod oauth;
 pub mod search_events;
 pub mod search_thresholds;
 pub mod stats;
+pub mod surfacing;
 pub mod tenants;
 pub mod usage;
 pub mod users;

@@ -1,0 +1,213 @@
+//! `mneme hook` as Claude Code runs it: a separate process fed a real
+//! PostToolUse payload on stdin, printing its hook output on stdout. (This
+//! test lives with the CLI because only here does Cargo build the `mneme`
+//! binary for a test.)
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use mneme::up::{Listeners, up};
+use mneme_config::Config;
+use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Claude Code's PostToolUse input after reading a file (as its docs show it).
+fn read_event(path: &str) -> Value {
+    json!({
+        "session_id": "9f6a2b1c-3d4e-4f50-8a7b-1c2d3e4f5a6b",
+        "transcript_path": "/home/dev/.claude/projects/project/9f6a2b1c.jsonl",
+        "cwd": "/home/dev/project",
+        "permission_mode": "default",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Read",
+        "tool_input": {"file_path": path},
+        "tool_use_id": "toolu_01ABCDEF",
+        "tool_response": {
+            "type": "text",
+            "file": {"filePath": path, "content": "pub fn validate(token: &str) {}\n",
+                     "numLines": 1, "startLine": 1, "totalLines": 1}
+        }
+    })
+}
+
+/// Runs `mneme hook` with `env`, feeding `input`; returns stdout as JSON
+/// and how long the process took.
+async fn run_hook(env: &[(&str, String)], input: &Value) -> (Value, Duration) {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mneme"))
+        .arg("hook")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", std::env::temp_dir())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mneme hook starts");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.to_string().as_bytes()).await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    let elapsed = started.elapsed();
+    assert!(output.status.success(), "the hook always exits 0");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let parsed = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("stdout is one JSON document ({e}): {stdout:?}"));
+    (parsed, elapsed)
+}
+
+fn additional_context(output: &Value) -> &str {
+    output["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_hook_adds_the_related_memory_and_fails_open_when_the_gateway_is_gone() {
+    let db = TestDatabase::create().await;
+    let redis = TestRedis::new();
+    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_addr: SocketAddr = http.local_addr().unwrap();
+    let env: HashMap<String, String> = HashMap::from([
+        ("MNEME_DATABASE_URL".into(), db.app_url.clone()),
+        ("MNEME_REDIS_URL".into(), redis.url.clone()),
+        ("MNEME_REDIS_PREFIX".into(), redis.prefix.clone()),
+        ("MNEME_EMBEDDER".into(), "hash".into()),
+        ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
+        ("MNEME_CONSOLIDATION".into(), "false".into()),
+        ("MNEME_PUBLIC_URL".into(), format!("http://{http_addr}")),
+    ]);
+    let config = Config::from_env(&env).expect("valid test configuration");
+    let listeners = Listeners {
+        http,
+        recall: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        remember: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    };
+    let stop = CancellationToken::new();
+    let stack = tokio::spawn(up(config, listeners, stop.clone().cancelled_owned()));
+    let tenant = create_tenant(&db.store(), "acme", ALL_PERMISSIONS).await;
+
+    let client = reqwest::Client::new();
+    for (content, topic) in [
+        (
+            "The JWT handler in src/auth/jwt_handler.rs validates access tokens with RS256 \
+             and allows 30 seconds of clock leeway.",
+            "auth",
+        ),
+        (
+            "The office coffee machine on the third floor is descaled every Friday.",
+            "office",
+        ),
+    ] {
+        let response = client
+            .post(format!("http://{http_addr}/v1/tools/remember"))
+            .bearer_auth(&tenant.api_key)
+            .json(&json!({"content": content, "topic": topic, "type": "fact"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db
+        .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
+        .await
+        > 0
+    {
+        assert!(Instant::now() < deadline, "embeddings did not complete");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let hook_env = [
+        ("MNEME_HOOK_URL", format!("http://{http_addr}")),
+        ("MNEME_HOOK_API_KEY", tenant.api_key.clone()),
+        // A broken setting elsewhere must not turn the hook off.
+        ("MNEME_DB_POOL_SIZE", "not-a-number".to_owned()),
+    ];
+    let (output, _) = run_hook(
+        &hook_env,
+        &read_event("/home/dev/project/src/auth/jwt_handler.rs"),
+    )
+    .await;
+    let context = additional_context(&output);
+    assert_eq!(output["hookSpecificOutput"]["hookEventName"], "PostToolUse");
+    assert!(context.contains("RS256"), "{output}");
+    assert!(!context.contains("coffee"), "{output}");
+    assert!(context.starts_with("<surfaced-memories"), "{context}");
+
+    // Unrelated reads add nothing.
+    let (output, _) = run_hook(
+        &hook_env,
+        &read_event("/home/dev/project/docs/CHANGELOG.md"),
+    )
+    .await;
+    assert_eq!(output, json!({}));
+    // Garbage in: nothing added, still a JSON document.
+    let (output, _) = run_hook(&hook_env, &json!("not a hook event")).await;
+    assert_eq!(output, json!({}));
+    // A wrong key: nothing added.
+    let wrong = [
+        ("MNEME_HOOK_URL", format!("http://{http_addr}")),
+        (
+            "MNEME_HOOK_API_KEY",
+            "mn_nope_0000000000000000000000".to_owned(),
+        ),
+    ];
+    let (output, _) = run_hook(
+        &wrong,
+        &read_event("/home/dev/project/src/auth/jwt_handler.rs"),
+    )
+    .await;
+    assert_eq!(output, json!({}));
+
+    stop.cancel();
+    stack.await.unwrap().unwrap();
+    // The gateway is gone: `{}` within the hook's timeout.
+    let timeout = [
+        ("MNEME_HOOK_URL", format!("http://{http_addr}")),
+        ("MNEME_HOOK_API_KEY", tenant.api_key.clone()),
+        ("MNEME_HOOK_TIMEOUT_MS", "2500".to_owned()),
+    ];
+    let (output, elapsed) = run_hook(
+        &timeout,
+        &read_event("/home/dev/project/src/auth/jwt_handler.rs"),
+    )
+    .await;
+    assert_eq!(output, json!({}));
+    assert!(
+        elapsed < Duration::from_millis(2500 + 1000),
+        "took {elapsed:?}"
+    );
+
+    // A gateway that accepts but never answers: cut off at the timeout.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let slow = [
+        ("MNEME_HOOK_URL", format!("http://{silent_addr}")),
+        ("MNEME_HOOK_API_KEY", tenant.api_key.clone()),
+        ("MNEME_HOOK_TIMEOUT_MS", "800".to_owned()),
+    ];
+    let (output, elapsed) = run_hook(
+        &slow,
+        &read_event("/home/dev/project/src/auth/jwt_handler.rs"),
+    )
+    .await;
+    assert_eq!(output, json!({}));
+    assert!(
+        elapsed >= Duration::from_millis(800) && elapsed < Duration::from_millis(800 + 1000),
+        "took {elapsed:?}"
+    );
+    hold.abort();
+}
