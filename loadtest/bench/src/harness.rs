@@ -60,6 +60,7 @@ impl Bench {
         Ok(Tenant {
             id: tenant.tenant_id,
             name: tenant.name,
+            api_key: tenant.api_key,
             mcp,
         })
     }
@@ -137,6 +138,8 @@ impl Bench {
 pub struct Tenant {
     pub id: Uuid,
     pub name: String,
+    /// The key the client holds, for the REST routes (`/v1/surface`).
+    pub api_key: String,
     pub mcp: Mcp,
 }
 

@@ -13,6 +13,8 @@
 //! - [`memtomem`]: the bilingual corpus (Recall@10 / MRR@10 / nDCG@10 by
 //!   language and query type, and a failure report).
 //! - [`locomo`]: the long-conversation set (recall_any@5 / recall_all@5).
+//! - [`surfacing`]: active surfacing on the memtomem corpus (coverage,
+//!   precision by language and bucket, added latency).
 //! - [`report`]: settings, ingest figures and JSON output shared by both.
 //!
 //! The binary (`src/main.rs`) is the command line; `docs/BENCHMARKS.md`
@@ -25,3 +27,4 @@ pub mod locomo;
 pub mod memtomem;
 pub mod metrics;
 pub mod report;
+pub mod surfacing;

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 use mneme_bench::data::{Corpus, Locomo};
 use mneme_bench::report::write_json;
-use mneme_bench::{locomo, memtomem};
+use mneme_bench::{locomo, memtomem, surfacing};
 use mneme_config::{LogConfig, LogFormat};
 
 /// Retrieval quality and latency of mneme, end to end over MCP.
@@ -36,6 +36,16 @@ enum Command {
         /// One tenant per language instead of one for the whole corpus.
         #[arg(long)]
         tenant_per_language: bool,
+    },
+    /// Active surfacing on the memtomem corpus: coverage and precision at
+    /// the default threshold, by language and bucket; added latency.
+    Surfacing {
+        #[command(flatten)]
+        common: Common,
+        /// Write every surfaced memory's evidence and judgement (for the
+        /// calibration of relevance) to this JSON file.
+        #[arg(long, value_name = "FILE")]
+        candidates: Option<PathBuf>,
     },
     /// LoCoMo conversations: recall_any@5, recall_all@5.
     Locomo {
@@ -152,6 +162,28 @@ async fn run(command: Command) -> anyhow::Result<()> {
             if let Some(path) = &misses {
                 write_json(path, &report.misses)?;
                 eprintln!("wrote {} ({} queries)", path.display(), report.misses.len());
+            }
+        }
+        Command::Surfacing { common, candidates } => {
+            check_output(common.out.as_ref())?;
+            check_output(candidates.as_ref())?;
+            let dir = common.data.join("memtomem-corpus-v2");
+            let corpus = Corpus::load(&dir)
+                .with_context(|| format!("loading the memtomem corpus from {}", dir.display()))?;
+            let options = surfacing::Options {
+                embedder: common.embedder,
+                settings: common.settings,
+                embed_timeout: Duration::from_secs(common.embed_timeout),
+            };
+            let report = surfacing::run(&corpus, &options).await?;
+            println!("{}", surfacing::summary(&report));
+            if let Some(path) = &common.out {
+                write_json(path, &report)?;
+                eprintln!("wrote {}", path.display());
+            }
+            if let Some(path) = &candidates {
+                write_json(path, &surfacing::candidates(&report))?;
+                eprintln!("wrote {}", path.display());
             }
         }
         Command::Locomo {

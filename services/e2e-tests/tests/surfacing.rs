@@ -286,3 +286,144 @@ async fn claude_hook_events_answer_with_the_hook_output_document() {
         .await;
     assert_eq!(status, 400);
 }
+
+/// Surfaces `query` for `agent`; returns the surfacing id and memory ids.
+async fn surfaced_for(world: &World, query: &str, agent: &str) -> (String, Vec<String>) {
+    let mut call = query_call(query);
+    call["agentId"] = json!(agent);
+    let answer = world.surface(call).await;
+    assert_eq!(answer["surfaced"], true, "{answer}");
+    let ids = answer["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    (answer["surfacingId"].as_str().unwrap().to_owned(), ids)
+}
+
+#[tokio::test]
+async fn a_memory_rated_negative_in_three_events_is_demoted() {
+    let world = World::start(&[]).await;
+    let key = world.tenant.api_key.clone();
+    let mut demoted = None;
+    for n in 0..3 {
+        let (surfacing_id, ids) =
+            surfaced_for(&world, "redis eviction policy cache", &format!("agent-{n}")).await;
+        demoted.get_or_insert_with(|| ids[0].clone());
+        assert!(ids.contains(demoted.as_ref().unwrap()), "{ids:?}");
+        let (status, rated) = world
+            .tool(
+                &key,
+                "stm_surfacing_feedback",
+                json!({"surfacing_id": surfacing_id, "rating": "already_known"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{rated}");
+        if n == 1 {
+            // Rated negative in two events: not demoted yet.
+            let (_, ids) = surfaced_for(&world, "redis eviction policy cache", "probe").await;
+            assert!(ids.contains(demoted.as_ref().unwrap()), "{ids:?}");
+        }
+    }
+    let mut call = query_call("redis eviction policy cache");
+    call["agentId"] = json!("fresh-agent");
+    let after = world.surface(call).await;
+    let ids: Vec<&str> = after["memories"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["id"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(!ids.contains(&demoted.as_deref().unwrap()), "{after}");
+}
+
+#[tokio::test]
+async fn helpful_ratings_lower_the_tools_threshold_once_enough_arrive() {
+    let world = World::start(&[
+        ("MNEME_SURFACING_TUNER_MIN_SAMPLES", "3"),
+        ("MNEME_SURFACING_MIN_SCORE", "0.5"),
+        ("MNEME_SURFACING_TUNER_STEP", "0.05"),
+    ])
+    .await;
+    let key = world.tenant.api_key.clone();
+    for n in 0..3 {
+        let (surfacing_id, _) =
+            surfaced_for(&world, "JWT token leeway RS256", &format!("agent-{n}")).await;
+        let (_, rated) = world
+            .tool(
+                &key,
+                "stm_surfacing_feedback",
+                json!({"surfacing_id": surfacing_id, "rating": "helpful"}),
+            )
+            .await;
+        if n < 2 {
+            assert_eq!(rated["threshold"], Value::Null, "{rated}");
+        } else {
+            let moved = rated["threshold"].as_f64().unwrap();
+            assert!((moved - 0.45).abs() < 1e-6, "{rated}");
+        }
+    }
+    let (_, stats) = world
+        .tool(&key, "stm_surfacing_stats", json!({"tool": "docs__search"}))
+        .await;
+    let tool = &stats["tools"][0];
+    assert!(
+        (tool["minScore"].as_f64().unwrap() - 0.45).abs() < 1e-6,
+        "{stats}"
+    );
+    assert_eq!(tool["adjustments"], 1);
+    // The next surfacing on this tool applies the tuned threshold.
+    let mut call = query_call("JWT token leeway RS256");
+    call["agentId"] = json!("after-tuning");
+    let answer = world.surface(call).await;
+    assert!(
+        (answer["minScore"].as_f64().unwrap() - 0.45).abs() < 1e-6,
+        "{answer}"
+    );
+    // Another tool keeps the default.
+    let other = json!({"server": "docs", "tool": "lookup",
+                       "arguments": {"_context_query": "JWT token leeway RS256"},
+                       "agentId": "other-tool"});
+    let answer = world.surface(other).await;
+    assert!(
+        (answer["minScore"].as_f64().unwrap() - 0.5).abs() < 1e-6,
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn queries_are_kept_as_digests_when_asked_and_blanked_after_retention() {
+    let world = World::start(&[("MNEME_SURFACING_PERSIST_QUERY_TEXT", "false")]).await;
+    surfaced_for(&world, "redis eviction policy cache", "agent").await;
+    let key = world.tenant.api_key.clone();
+    let (_, stats) = world.tool(&key, "stm_surfacing_stats", json!({})).await;
+    let stored = stats["recent"][0]["query"].as_str().unwrap();
+    assert!(
+        stored.starts_with("sha256:") && !stored.contains("redis"),
+        "{stats}"
+    );
+
+    // The retention stage: queries older than the retention are blanked,
+    // events older than the statistics retention deleted.
+    let store = world.stack.db.store();
+    let mut client = store.client().await.unwrap();
+    let tx = mneme_store::TenantTx::begin(&mut client, world.tenant.tenant_id)
+        .await
+        .unwrap();
+    let (blanked, deleted) = mneme_store::surfacing::apply_retention(&tx, 0, 90)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!((blanked, deleted), (1, 0));
+    let (_, stats) = world.tool(&key, "stm_surfacing_stats", json!({})).await;
+    assert_eq!(stats["recent"][0]["query"], "<expired>", "{stats}");
+    let tx = mneme_store::TenantTx::begin(&mut client, world.tenant.tenant_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        mneme_store::surfacing::apply_retention(&tx, 0, 0)
+            .await
+            .unwrap(),
+        (0, 1)
+    );
+    tx.commit().await.unwrap();
+}

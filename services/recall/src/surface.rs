@@ -6,16 +6,19 @@
 //! threshold that means the same for every tenant and query, so it scores
 //! each candidate on its own evidence:
 //!
-//! - `similarity`: the cosine similarity of query and memory embeddings,
-//!   standardised per embedding model (`(cos − center) / scale`), because
-//!   each model has its own cosine range (multilingual-e5 puts unrelated
-//!   text near 0.78, MiniLM near 0.1);
+//! - `similarity`: the cosine similarity of query and memory embeddings
+//!   (each model has its own range: multilingual-e5 puts unrelated text
+//!   near 0.8, MiniLM near 0.1, so the weights are per model);
 //! - `lexical`: the share of the query's distinct search lexemes (stems,
 //!   Hangul stems and bigrams) found in the memory's content, topic and
 //!   keywords.
 //!
-//! `relevance = σ(bias + w_sim · z + w_lex · lexical)`, a logistic model
-//! whose parameters were fitted per model on labelled query–memory pairs
+//! - the margins: how far each stands out from the query's other
+//!   candidates (minus their medians), since a relevant memory is one that
+//!   stands out, whatever the query's general similarity level.
+//!
+//! `relevance = σ(bias + Σ wᵢ · evidenceᵢ)`, a logistic model whose
+//! parameters were fitted per model on judged query–memory pairs
 //! (docs/SURFACING.md gives the data and the fit), so the relevance is an
 //! estimate of the probability that the memory is relevant.
 //!
@@ -43,41 +46,59 @@ const MAX_LIMIT: u32 = 50;
 /// Longest query accepted, in characters.
 const MAX_QUERY_CHARS: usize = 2_000;
 
+/// What is known about one candidate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Evidence {
+    pub(crate) similarity: Option<f32>,
+    pub(crate) lexical: f32,
+    /// Similarity minus the median similarity of the query's candidates.
+    pub(crate) similarity_margin: f32,
+    /// Lexical share minus the median of the query's candidates.
+    pub(crate) lexical_margin: f32,
+}
+
 /// The logistic calibration of one embedding model.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Calibration {
     pub(crate) name: &'static str,
-    /// Cosine similarity that counts as "average" for the model.
-    pub(crate) center: f32,
-    /// Cosine difference that counts as one unit of evidence.
-    pub(crate) scale: f32,
+    /// Similarity assumed for a memory without an embedding (the model's
+    /// typical similarity between a query and a candidate).
+    pub(crate) typical_similarity: f32,
     pub(crate) bias: f32,
     pub(crate) w_similarity: f32,
     pub(crate) w_lexical: f32,
+    pub(crate) w_similarity_margin: f32,
+    pub(crate) w_lexical_margin: f32,
 }
 
-/// Known models, by model-id prefix; the last entry is the fallback.
+/// Known models, by model-id prefix; the last entry is the fallback. The
+/// e5 and hash entries were fitted with
+/// `loadtest/bench/scripts/fit_calibration.py` on the memtomem corpus
+/// (docs/SURFACING.md); MiniLM and the fallback are priors scaled from e5
+/// (their cosines spread about four times wider), not fits.
 const CALIBRATIONS: &[(&str, Calibration)] = &[
     (
         "multilingual-e5",
         Calibration {
             name: "e5-v1",
-            center: 0.80,
-            scale: 0.03,
-            bias: -1.6,
-            w_similarity: 1.3,
-            w_lexical: 3.0,
+            typical_similarity: 0.84,
+            bias: -1.081,
+            w_similarity: -0.884,
+            w_lexical: 1.246,
+            w_similarity_margin: 51.09,
+            w_lexical_margin: -0.013,
         },
     ),
     (
         "all-MiniLM",
         Calibration {
             name: "minilm-v1",
-            center: 0.35,
-            scale: 0.12,
-            bias: -1.6,
-            w_similarity: 1.3,
-            w_lexical: 3.0,
+            typical_similarity: 0.3,
+            bias: -1.1,
+            w_similarity: 0.0,
+            w_lexical: 1.2,
+            w_similarity_margin: 13.0,
+            w_lexical_margin: 0.0,
         },
     ),
     (
@@ -85,22 +106,24 @@ const CALIBRATIONS: &[(&str, Calibration)] = &[
         "hash",
         Calibration {
             name: "hash-v1",
-            center: 0.25,
-            scale: 0.15,
-            bias: -1.6,
-            w_similarity: 1.0,
-            w_lexical: 3.0,
+            typical_similarity: 0.1,
+            bias: -1.387,
+            w_similarity: -3.1,
+            w_lexical: 1.088,
+            w_similarity_margin: 9.842,
+            w_lexical_margin: 0.657,
         },
     ),
     (
         "",
         Calibration {
             name: "generic-v1",
-            center: 0.40,
-            scale: 0.10,
-            bias: -1.6,
-            w_similarity: 1.3,
-            w_lexical: 3.0,
+            typical_similarity: 0.4,
+            bias: -1.1,
+            w_similarity: 0.0,
+            w_lexical: 1.2,
+            w_similarity_margin: 13.0,
+            w_lexical_margin: 0.0,
         },
     ),
 ];
@@ -114,12 +137,29 @@ impl Calibration {
             .unwrap_or(CALIBRATIONS[CALIBRATIONS.len() - 1].1)
     }
 
-    /// The calibrated relevance; a memory without an embedding is judged
-    /// on its lexical evidence alone (as if its similarity were average).
-    pub(crate) fn relevance(&self, similarity: Option<f32>, lexical: f32) -> f32 {
-        let z = similarity.map_or(0.0, |s| (s - self.center) / self.scale);
-        let logit = self.bias + self.w_similarity * z + self.w_lexical * lexical;
+    /// The calibrated relevance.
+    pub(crate) fn relevance(&self, evidence: &Evidence) -> f32 {
+        let similarity = evidence.similarity.unwrap_or(self.typical_similarity);
+        let logit = self.bias
+            + self.w_similarity * similarity
+            + self.w_lexical * evidence.lexical
+            + self.w_similarity_margin * evidence.similarity_margin
+            + self.w_lexical_margin * evidence.lexical_margin;
         1.0 / (1.0 + (-logit).exp())
+    }
+}
+
+/// The median of `values` (0 when empty).
+fn median(mut values: Vec<f32>) -> f32 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f32::total_cmp);
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
     }
 }
 
@@ -199,17 +239,33 @@ impl RecallServer {
         tx.commit().await?;
 
         let min_relevance = request.min_relevance.clamp(0.0, 1.0);
+        let lexical: Vec<f32> = rows
+            .iter()
+            .map(|row| {
+                let text = format!("{} {} {}", row.topic, row.keywords.join(" "), row.content);
+                lexical_coverage(&self.tokenizer, &query_lexemes, &text)
+            })
+            .collect();
+        let median_similarity = median(similarity.values().copied().collect());
+        let median_lexical = median(lexical.clone());
         let mut candidates: Vec<SurfaceCandidate> = rows
             .into_iter()
-            .map(|row| {
+            .zip(lexical)
+            .map(|(row, lexical)| {
                 let similarity = similarity.get(&row.id).copied();
-                let text = format!("{} {} {}", row.topic, row.keywords.join(" "), row.content);
-                let lexical = lexical_coverage(&self.tokenizer, &query_lexemes, &text);
-                SurfaceCandidate {
-                    id: row.id.to_string(),
-                    relevance: calibration.relevance(similarity, lexical),
+                let evidence = Evidence {
                     similarity,
                     lexical,
+                    similarity_margin: similarity.map_or(0.0, |s| s - median_similarity),
+                    lexical_margin: lexical - median_lexical,
+                };
+                SurfaceCandidate {
+                    id: row.id.to_string(),
+                    relevance: calibration.relevance(&evidence),
+                    similarity,
+                    lexical,
+                    similarity_margin: evidence.similarity_margin,
+                    lexical_margin: evidence.lexical_margin,
                     content: row.content,
                     topic: row.topic,
                     r#type: row.fragment_type,
@@ -286,13 +342,32 @@ mod tests {
     #[test]
     fn relevance_is_a_probability_that_grows_with_each_kind_of_evidence() {
         let c = Calibration::for_model("multilingual-e5-small-q4");
-        let base = c.relevance(Some(0.80), 0.0);
-        assert!(base > 0.0 && base < 0.5);
-        assert!(c.relevance(Some(0.86), 0.0) > base);
-        assert!(c.relevance(Some(0.80), 0.5) > base);
-        assert!(c.relevance(Some(0.95), 1.0) < 1.0);
-        assert!(c.relevance(Some(0.70), 0.0) > 0.0);
-        assert_eq!(c.relevance(None, 0.5), c.relevance(Some(c.center), 0.5));
+        let evidence = |similarity, lexical, margin| Evidence {
+            similarity: Some(similarity),
+            lexical,
+            similarity_margin: margin,
+            lexical_margin: 0.0,
+        };
+        let base = c.relevance(&evidence(0.84, 0.0, 0.0));
+        assert!(base > 0.0 && base < 1.0);
+        // Standing out from the other candidates is what counts most.
+        assert!(c.relevance(&evidence(0.84, 0.0, 0.05)) > base + 0.3);
+        assert!(c.relevance(&evidence(0.84, 0.5, 0.0)) > base);
+        let missing = Evidence {
+            similarity: None,
+            ..evidence(0.0, 0.5, 0.0)
+        };
+        assert_eq!(
+            c.relevance(&missing),
+            c.relevance(&evidence(c.typical_similarity, 0.5, 0.0))
+        );
+    }
+
+    #[test]
+    fn medians_of_odd_even_and_empty_lists() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
     }
 
     #[test]

@@ -149,6 +149,15 @@ pub(crate) struct SurfacedMemory {
     pub(crate) relevance: f32,
     /// `weak`, `related` or `strong`.
     pub(crate) bucket: String,
+    /// The evidence behind `relevance`: cosine similarity (when both
+    /// embeddings exist) and the share of the query's terms found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) similarity: Option<f32>,
+    pub(crate) lexical: f32,
+    /// How far similarity and lexical share stand out from the query's
+    /// other candidates.
+    pub(crate) similarity_margin: f32,
+    pub(crate) lexical_margin: f32,
 }
 
 /// An injection ready to apply.
@@ -526,6 +535,10 @@ impl Surfacer {
                     id: c.id.clone(),
                     relevance: c.relevance,
                     bucket: bucket(c.relevance, min_score).as_str().to_owned(),
+                    similarity: c.similarity,
+                    lexical: c.lexical,
+                    similarity_margin: c.similarity_margin,
+                    lexical_margin: c.lexical_margin,
                 })
                 .collect(),
             id,

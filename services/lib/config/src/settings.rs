@@ -348,7 +348,7 @@ settings! {
     "Active surfacing" {
         SURFACING_ENABLED = "MNEME_SURFACING_ENABLED", Some("true"),
             "Master switch of active surfacing (relevant memories added to proxied tool results and to `mneme hook`). Off, `/v1/surface` answers with nothing to add.";
-        SURFACING_MIN_SCORE = "MNEME_SURFACING_MIN_SCORE", Some("0.5"),
+        SURFACING_MIN_SCORE = "MNEME_SURFACING_MIN_SCORE", Some("0.6"),
             "Default relevance threshold in [0, 1]. Relevance is calibrated (an estimate of the probability that a memory is relevant, see docs/SURFACING.md), so the threshold means the same for every tenant and query. The auto-tuner moves it per (tenant, server, tool) within the tuner's floor and ceiling. Buckets: the thirds of [threshold, 1] are `[weak]`, `[related]` and `[strong]`.";
         SURFACING_MAX_RESULTS = "MNEME_SURFACING_MAX_RESULTS", Some("3"),
             "Most memories one surfacing injects (clients with a small context window get fewer, large ones more).";
