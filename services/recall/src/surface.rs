@@ -198,7 +198,7 @@ impl RecallServer {
             .map(str::to_owned)
             .or_else(|| principal.workspace.clone());
         let key_ids = principal.readable_key_ids();
-        let mut exclude: Vec<Uuid> = request
+        let exclude: Vec<Uuid> = request
             .exclude_ids
             .iter()
             .filter_map(|id| id.parse().ok())
@@ -206,19 +206,14 @@ impl RecallServer {
 
         let model = self.embedder.model_id();
         let calibration = Calibration::for_model(model);
-        let embedding = self.query_embedding(query).await;
         let tsquery = self.tokenizer.tsquery_literal(query);
         let query_lexemes: HashSet<String> = self.tokenizer.lexemes(query).into_iter().collect();
 
-        let mut client = self.store.client().await?;
+        // The embedding (usually a Redis hit) while a connection is taken;
+        // then demotion and the layers pipelined on it.
+        let (embedding, client) = tokio::join!(self.query_embedding(query), self.store.client());
+        let mut client = client?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let mut demoted_count = 0;
-        if request.demote_after > 0 {
-            let demoted =
-                surfacing::demoted(&tx, principal.key_id, i64::from(request.demote_after)).await?;
-            demoted_count = demoted.len();
-            exclude.extend(demoted);
-        }
         let scope = SearchScope {
             key_ids: &key_ids,
             agent_id: &agent_id,
@@ -226,17 +221,31 @@ impl RecallServer {
             exclude: &exclude,
             ..SearchScope::default()
         };
-        let ids = self
-            .surface_candidates(&tx, &scope, embedding.as_ref(), tsquery.as_deref())
-            .await?;
-        let similarity: HashMap<Uuid, f32> = match &embedding {
-            Some(embedding) if !ids.is_empty() => {
-                fragments::similarities(&tx, &key_ids, &ids, embedding, model).await?
+        let demoted = async {
+            if request.demote_after == 0 {
+                return Ok::<_, mneme_core::Error>(Vec::new());
             }
-            _ => HashMap::new(),
+            Ok(surfacing::demoted(&tx, principal.key_id, i64::from(request.demote_after)).await?)
         };
-        let rows = fragments::fetch(&tx, &key_ids, &ids).await?;
+        let found = self.surface_candidates(&tx, &scope, embedding.as_ref(), tsquery.as_deref());
+        let (demoted, found) = tokio::try_join!(demoted, found)?;
+        let demoted: HashSet<Uuid> = demoted.into_iter().collect();
+        let ids: Vec<Uuid> = found
+            .into_iter()
+            .filter(|id| !demoted.contains(id))
+            .collect();
+        let similarity = async {
+            match &embedding {
+                Some(embedding) if !ids.is_empty() => {
+                    fragments::similarities(&tx, &key_ids, &ids, embedding, model).await
+                }
+                _ => Ok(HashMap::new()),
+            }
+        };
+        let (similarity, rows) =
+            tokio::try_join!(similarity, fragments::fetch(&tx, &key_ids, &ids))?;
         tx.commit().await?;
+        let demoted_count = demoted.len();
 
         let min_relevance = request.min_relevance.clamp(0.0, 1.0);
         let lexical: Vec<f32> = rows

@@ -375,7 +375,10 @@ impl Surfacer {
         {
             return Skipped(Skip::RateLimited);
         }
-        let recent = self.cache.recent_surfacing_queries(&scope).await;
+        let (recent, invalidated) = tokio::join!(
+            self.cache.recent_surfacing_queries(&scope),
+            self.cache.invalidated_memories(&scope)
+        );
         let wall_ms = wall_clock_ms();
         if in_cooldown(
             &query,
@@ -421,7 +424,6 @@ impl Surfacer {
             },
             window,
         );
-        let invalidated = self.cache.invalidated_memories(&scope).await;
         let request = SurfaceRequest {
             query: query.clone(),
             limit: u32::try_from(budget.max_results * OVERFETCH).unwrap_or(u32::MAX),
@@ -500,30 +502,30 @@ impl Surfacer {
         let stored_query = privacy::stored_query(&query, settings.persist_query_text);
         let memory_ids: Vec<Uuid> = delivered.iter().filter_map(|c| c.id.parse().ok()).collect();
         let relevances: Vec<f32> = delivered.iter().map(|c| c.relevance).collect();
-        let event = NewEvent {
-            id: &id,
+        // Recorded before the answer, so a rating or a repeated call right
+        // after it sees the event, the dedup and the cooldown.
+        let record = Recording {
+            tenant: principal.tenant_id,
             key_id: principal.key_id,
-            agent_id: &agent,
-            session_id: call.session_id.as_deref(),
-            server: &call.server,
-            tool: &call.tool,
-            query: Some(&stored_query),
-            query_stage: stage.as_str(),
-            memory_ids: &memory_ids,
-            relevances: &relevances,
+            id: id.clone(),
+            agent: agent.clone(),
+            session_id: call.session_id.clone(),
+            server: call.server.clone(),
+            tool: call.tool.clone(),
+            query: query.clone(),
+            stored_query: stored_query.clone(),
+            stage: stage.as_str(),
+            memory_ids,
+            relevances,
+            delivered: rendered.delivered.clone(),
             min_score,
-            trace_id: call.trace_id.as_deref(),
+            trace_id: call.trace_id.clone(),
             source: call.source.as_str(),
         };
-        if let Err(error) = self.record_event(principal.tenant_id, &event).await {
-            // Without its event the block could not be rated; still inject.
-            tracing::warn!(%error, "recording the surfacing event failed");
-        }
-        self.cache
-            .record_surfacing(
-                &scope,
-                &query,
-                &rendered.delivered,
+        record
+            .write(
+                &self.store,
+                &self.cache,
                 settings.dedup_ttl,
                 settings.cooldown,
             )
@@ -548,17 +550,6 @@ impl Surfacer {
             query: stored_query,
             stage: stage.as_str(),
         })
-    }
-
-    async fn record_event(
-        &self,
-        tenant: Uuid,
-        event: &NewEvent<'_>,
-    ) -> Result<(), mneme_store::StoreError> {
-        let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, tenant).await?;
-        events::record_event(&tx, event).await?;
-        tx.commit().await
     }
 
     /// Records ratings of one of the caller's surfacing events; negative
@@ -742,6 +733,69 @@ impl Surfacer {
         .await?;
         tx.commit().await?;
         Ok(stats)
+    }
+}
+
+/// A delivered surfacing, to store.
+struct Recording {
+    tenant: Uuid,
+    key_id: Uuid,
+    id: String,
+    agent: String,
+    session_id: Option<String>,
+    server: String,
+    tool: String,
+    /// The query as searched (cooldown) and as stored (event).
+    query: String,
+    stored_query: String,
+    stage: &'static str,
+    memory_ids: Vec<Uuid>,
+    relevances: Vec<f32>,
+    delivered: Vec<String>,
+    min_score: f32,
+    trace_id: Option<String>,
+    source: &'static str,
+}
+
+impl Recording {
+    /// Stores the event (without it the block cannot be rated) and records
+    /// the delivered memories and the query for dedup and cooldown.
+    async fn write(self, store: &Store, cache: &Cache, dedup_ttl: Duration, cooldown: Duration) {
+        let (tenant, key) = (self.tenant.to_string(), self.key_id.to_string());
+        let scope = SurfacingScope {
+            tenant: &tenant,
+            key: &key,
+            agent: &self.agent,
+            server: &self.server,
+            tool: &self.tool,
+        };
+        let event = NewEvent {
+            id: &self.id,
+            key_id: self.key_id,
+            agent_id: &self.agent,
+            session_id: self.session_id.as_deref(),
+            server: &self.server,
+            tool: &self.tool,
+            query: Some(&self.stored_query),
+            query_stage: self.stage,
+            memory_ids: &self.memory_ids,
+            relevances: &self.relevances,
+            min_score: self.min_score,
+            trace_id: self.trace_id.as_deref(),
+            source: self.source,
+        };
+        let stored = async {
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, self.tenant).await?;
+            events::record_event(&tx, &event).await?;
+            tx.commit().await
+        };
+        let recorded =
+            cache.record_surfacing(&scope, &self.query, &self.delivered, dedup_ttl, cooldown);
+        let (stored, ()) = tokio::join!(stored, recorded);
+        if let Err(error) = stored {
+            tracing::warn!(%error, "recording the surfacing event failed");
+        }
     }
 }
 
