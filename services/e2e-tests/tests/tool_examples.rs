@@ -10,12 +10,13 @@
 //! `"<fragment id>"` and `"<other fragment id>"`. Before each call the test
 //! stores two fresh memories and substitutes their ids, so every example
 //! runs against memories of its own, whatever the other examples did.
-//! `"<surfacing id>"` becomes the id of a fresh surfacing of those memories.
+//! `"<surfacing id>"` becomes the id of a fresh surfacing of a memory
+//! stored for it.
 
 use std::collections::BTreeMap;
 
 use mneme_e2e_tests::{Mcp, Stack};
-use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use mneme_test_support::{ALL_PERMISSIONS, TestTenant, create_tenant};
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use serde_json::{Value, json};
 
@@ -69,14 +70,36 @@ fn substitute(value: &Value, ids: &Ids) -> Value {
     }
 }
 
-/// Surfaces the example's memories (as a hook would) and returns the
-/// block's `surfacing_id`.
-async fn surfacing_of(stack: &Stack, api_key: &str, n: usize) -> String {
+/// Stores a memory unlike the examples' others and, once it has its
+/// embedding, surfaces it (as a hook would); returns the block's
+/// `surfacing_id`.
+async fn surfacing_of(stack: &Stack, mcp: &Mcp, tenant: &TestTenant, n: usize) -> String {
+    store(
+        mcp,
+        &format!(
+            "Runbook {n}: the zebra fleet migration is rolled back with ops/zebra-rollback.sh."
+        ),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while stack
+        .db
+        .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
+        .await
+        > 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "embeddings did not complete"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let api_key = &tenant.api_key;
     let answer: Value = reqwest::Client::new()
         .post(format!("http://{}/v1/surface", stack.http_addr))
         .bearer_auth(api_key)
         .json(&json!({"server": "docs", "tool": "search", "arguments":
-                      {"_context_query": format!("checkout request {n} HTTP 429 payments API")}}))
+                      {"_context_query": "zebra fleet migration rollback runbook"}}))
         .send()
         .await
         .unwrap()
@@ -188,7 +211,7 @@ async fn every_tool_answers_its_documented_example_with_the_declared_shape() {
         )
         .await;
         let surfacing = if examples[&name].to_string().contains(SURFACING_ID) {
-            Some(surfacing_of(&stack, &acme.api_key, n).await)
+            Some(surfacing_of(&stack, &mcp, &acme, n).await)
         } else {
             None
         };

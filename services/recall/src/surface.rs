@@ -13,8 +13,9 @@
 //!   Hangul stems and bigrams) found in the memory's content, topic and
 //!   keywords.
 //!
-//! - the margins: how far each stands out from the query's other
-//!   candidates (minus their medians), since a relevant memory is one that
+//! - the margins: how far each stands out from the query's *other*
+//!   candidates (minus their medians; a lone candidate is compared with
+//!   the model's typical similarity), since a relevant memory is one that
 //!   stands out, whatever the query's general similarity level.
 //!
 //! `relevance = σ(bias + Σ wᵢ · evidenceᵢ)`, a logistic model whose
@@ -149,10 +150,20 @@ impl Calibration {
     }
 }
 
-/// The median of `values` (0 when empty).
-fn median(mut values: Vec<f32>) -> f32 {
+/// The items of `values` other than the one at `index`.
+fn others<T>(values: &[T], index: usize) -> impl Iterator<Item = &T> {
+    values
+        .iter()
+        .enumerate()
+        .filter(move |(i, _)| *i != index)
+        .map(|(_, v)| v)
+}
+
+/// The median of `values`, or `fallback` when there are none (a lone
+/// candidate is compared with what is typical for the model).
+fn median_or(mut values: Vec<f32>, fallback: f32) -> f32 {
     if values.is_empty() {
-        return 0.0;
+        return fallback;
     }
     values.sort_by(f32::total_cmp);
     let mid = values.len() / 2;
@@ -255,19 +266,27 @@ impl RecallServer {
                 lexical_coverage(&self.tokenizer, &query_lexemes, &text)
             })
             .collect();
-        let median_similarity = median(similarity.values().copied().collect());
-        let median_lexical = median(lexical.clone());
+        let similarities: Vec<Option<f32>> = rows
+            .iter()
+            .map(|row| similarity.get(&row.id).copied())
+            .collect();
         let mut candidates: Vec<SurfaceCandidate> = rows
             .into_iter()
-            .zip(lexical)
-            .map(|(row, lexical)| {
-                let similarity = similarity.get(&row.id).copied();
+            .enumerate()
+            .map(|(index, row)| {
+                let similarity = similarities[index];
+                let lexical_share = lexical[index];
                 let evidence = Evidence {
                     similarity,
-                    lexical,
-                    similarity_margin: similarity.map_or(0.0, |s| s - median_similarity),
-                    lexical_margin: lexical - median_lexical,
+                    lexical: lexical_share,
+                    similarity_margin: similarity.map_or(0.0, |s| {
+                        let rest = others(&similarities, index).flatten().copied().collect();
+                        s - median_or(rest, calibration.typical_similarity)
+                    }),
+                    lexical_margin: lexical_share
+                        - median_or(others(&lexical, index).copied().collect(), 0.0),
                 };
+                let lexical = lexical_share;
                 SurfaceCandidate {
                     id: row.id.to_string(),
                     relevance: calibration.relevance(&evidence),
@@ -374,9 +393,11 @@ mod tests {
 
     #[test]
     fn medians_of_odd_even_and_empty_lists() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(median(Vec::new()), 0.0);
+        assert_eq!(median_or(vec![3.0, 1.0, 2.0], 0.0), 2.0);
+        assert_eq!(median_or(vec![4.0, 1.0, 2.0, 3.0], 0.0), 2.5);
+        assert_eq!(median_or(Vec::new(), 0.7), 0.7);
+        let values = [1, 2, 3];
+        assert_eq!(others(&values, 1).copied().collect::<Vec<_>>(), vec![1, 3]);
     }
 
     #[test]

@@ -98,6 +98,24 @@ impl SurfaceAnswer {
     }
 }
 
+/// Makes string arguments under the host's working directory relative to
+/// it: `/home/dev/project/src/auth/jwt.rs` in `/home/dev/project` says
+/// `src/auth/jwt.rs`, and the words of the directory above the project
+/// (`home`, `dev`, `project`) are noise for every call.
+fn relative_to(arguments: &mut Map<String, Value>, cwd: &str) {
+    let prefix = format!("{}/", cwd.trim_end_matches('/'));
+    if prefix.len() < 2 {
+        return;
+    }
+    for value in arguments.values_mut() {
+        if let Value::String(text) = value
+            && let Some(rest) = text.strip_prefix(&prefix)
+        {
+            *text = rest.to_owned();
+        }
+    }
+}
+
 fn invalid(message: impl Into<String>) -> Response {
     ApiError(Error::invalid_argument(message)).into_response()
 }
@@ -144,6 +162,9 @@ async fn surface(
                     .into_response();
             }
             let mut arguments = event.tool_input;
+            if let Some(cwd) = &event.cwd {
+                relative_to(&mut arguments, cwd);
+            }
             let context_query = take_context_query(&mut arguments);
             ToolCall {
                 server: "builtin".to_owned(),
@@ -208,4 +229,27 @@ async fn surface(
         Outcome::Skipped(skip) => SurfaceAnswer::skipped(skip.as_str(), is_hook),
     };
     (StatusCode::OK, Json(answer)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_under_the_working_directory_become_relative() {
+        let mut arguments = json!({
+            "file_path": "/home/dev/project/src/auth/jwt.rs",
+            "pattern": "token_ttl",
+            "path": "/etc/hosts"
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        relative_to(&mut arguments, "/home/dev/project/");
+        assert_eq!(arguments["file_path"], "src/auth/jwt.rs");
+        assert_eq!(arguments["pattern"], "token_ttl");
+        assert_eq!(arguments["path"], "/etc/hosts");
+        relative_to(&mut arguments, "/");
+        assert_eq!(arguments["path"], "/etc/hosts", "the root is no project");
+    }
 }

@@ -308,6 +308,27 @@ impl Cache {
             .collect())
     }
 
+    /// Adds `members` to the set `key` and sets its expiry (best effort:
+    /// a failure is logged, naming `what`).
+    pub(crate) async fn add_to_set(
+        &self,
+        key: &str,
+        members: &[String],
+        ttl: Duration,
+        what: &str,
+    ) {
+        let result: Result<(), _> = async {
+            let _: () = self.client.sadd(key, members.to_vec()).await?;
+            self.client
+                .expire::<(), _>(key, ttl.as_secs().max(1) as i64, None)
+                .await
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::debug!(%error, what, "set write failed");
+        }
+    }
+
     fn seen_key(&self, owner: &str, session: &str) -> String {
         self.key(&["seen", owner, session])
     }
@@ -317,17 +338,8 @@ impl Cache {
         if ids.is_empty() {
             return;
         }
-        let key = self.seen_key(owner, session);
-        let result: Result<(), _> = async {
-            let _: () = self.client.sadd(&key, ids.to_vec()).await?;
-            self.client
-                .expire::<(), _>(&key, ttl.as_secs().max(1) as i64, None)
-                .await
-        }
-        .await;
-        if let Err(error) = result {
-            tracing::debug!(%error, "seen-ids write failed");
-        }
+        self.add_to_set(&self.seen_key(owner, session), ids, ttl, "seen ids")
+            .await;
     }
 
     /// Of `ids`, those not spread to in `scope` (tenant, key and session)

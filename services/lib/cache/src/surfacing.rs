@@ -214,16 +214,12 @@ impl Cache {
         if ids.is_empty() {
             return;
         }
-        let key = self.invalidated_key(scope);
-        let result: Result<(), _> = async {
-            let _: () = self.client.sadd(&key, ids.to_vec()).await?;
-            self.client
-                .expire::<(), _>(&key, ttl.as_secs().max(1) as i64, None)
-                .await
-        }
+        self.add_to_set(
+            &self.invalidated_key(scope),
+            ids,
+            ttl,
+            "invalidated memories",
+        )
         .await;
-        if let Err(error) = result {
-            tracing::debug!(%error, "invalidation write failed");
-        }
     }
 }
