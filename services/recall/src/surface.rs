@@ -83,11 +83,11 @@ const CALIBRATIONS: &[(&str, Calibration)] = &[
         Calibration {
             name: "e5-v1",
             typical_similarity: 0.84,
-            bias: -1.081,
-            w_similarity: -0.884,
-            w_lexical: 1.246,
-            w_similarity_margin: 51.09,
-            w_lexical_margin: -0.013,
+            bias: -0.371,
+            w_similarity: -1.754,
+            w_lexical: 1.145,
+            w_similarity_margin: 50.77,
+            w_lexical_margin: 0.24,
         },
     ),
     (
@@ -108,11 +108,11 @@ const CALIBRATIONS: &[(&str, Calibration)] = &[
         Calibration {
             name: "hash-v1",
             typical_similarity: 0.1,
-            bias: -1.387,
-            w_similarity: -3.1,
-            w_lexical: 1.088,
-            w_similarity_margin: 9.842,
-            w_lexical_margin: 0.657,
+            bias: -1.663,
+            w_similarity: -3.781,
+            w_lexical: 1.393,
+            w_similarity_margin: 10.99,
+            w_lexical_margin: 0.825,
         },
     ),
     (
