@@ -240,7 +240,8 @@ pub fn episode_limit_needed(chunks: &[Chunk]) -> Option<usize> {
     (longest > EPISODE_LIMIT_CHARS).then_some(longest)
 }
 
-fn memory_type(content: &str) -> &'static str {
+/// The type a chunk is stored as: `fact` up to the fact limit, else `episode`.
+pub(crate) fn memory_type(content: &str) -> &'static str {
     if content.chars().count() > FACT_LIMIT_CHARS {
         "episode"
     } else {

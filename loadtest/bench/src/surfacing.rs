@@ -206,11 +206,7 @@ async fn measure(
     let mut chunk_of: HashMap<String, &Chunk> = HashMap::new();
     for (index, chunk) in corpus.chunks.iter().enumerate() {
         let content = chunk.content();
-        let kind = if content.chars().count() > 300 {
-            "episode"
-        } else {
-            "fact"
-        };
+        let kind = crate::memtomem::memory_type(&content);
         let remembered = tenant
             .remember(json!({"content": content, "topic": chunk.topic, "type": kind}))
             .await?

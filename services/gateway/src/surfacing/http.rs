@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use mneme_core::principal::resolve_agent_id;
 use mneme_core::{Error, Permission, Principal};
 use mneme_surfacing::extract::take_context_query;
 use mneme_surfacing::gate::ToolAnnotations;
@@ -131,7 +132,10 @@ async fn surface(
             return invalid(format!("invalid request body: {}", rejection.body_text()));
         }
     };
-    if let Err(error) = principal.require(Permission::Read) {
+    if let Err(error) = principal
+        .require(Permission::Read)
+        .and_then(|()| resolve_agent_id(body.agent_id.as_deref(), &principal).map(drop))
+    {
         return ApiError(error).into_response();
     }
     let is_hook = body.host.is_some();
