@@ -38,6 +38,12 @@ fn read_event(path: &str) -> Value {
 /// Runs `mneme hook` with `env`, feeding `input`; returns stdout as JSON
 /// and how long the process took.
 async fn run_hook(env: &[(&str, String)], input: &Value) -> (Value, Duration) {
+    let (output, elapsed, _) = run_hook_with_stderr(env, input).await;
+    (output, elapsed)
+}
+
+/// Like [`run_hook`], also returning stderr (empty when nothing failed).
+async fn run_hook_with_stderr(env: &[(&str, String)], input: &Value) -> (Value, Duration, String) {
     let started = Instant::now();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_mneme"))
         .arg("hook")
@@ -59,7 +65,11 @@ async fn run_hook(env: &[(&str, String)], input: &Value) -> (Value, Duration) {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let parsed = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("stdout is one JSON document ({e}): {stdout:?}"));
-    (parsed, elapsed)
+    (
+        parsed,
+        elapsed,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 fn additional_context(output: &Value) -> &str {

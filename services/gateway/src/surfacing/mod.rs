@@ -379,7 +379,7 @@ impl Surfacer {
             self.cache.recent_surfacing_queries(&scope),
             self.cache.invalidated_memories(&scope)
         );
-        let wall_ms = wall_clock_ms();
+        let wall_ms = mneme_cache::surfacing::now_ms();
         if in_cooldown(
             &query,
             &recent,
@@ -502,34 +502,31 @@ impl Surfacer {
         let stored_query = privacy::stored_query(&query, settings.persist_query_text);
         let memory_ids: Vec<Uuid> = delivered.iter().filter_map(|c| c.id.parse().ok()).collect();
         let relevances: Vec<f32> = delivered.iter().map(|c| c.relevance).collect();
-        // Recorded before the answer, so a rating or a repeated call right
-        // after it sees the event, the dedup and the cooldown.
-        let record = Recording {
-            tenant: principal.tenant_id,
+        let event = NewEvent {
+            id: &id,
             key_id: principal.key_id,
-            id: id.clone(),
-            agent: agent.clone(),
-            session_id: call.session_id.clone(),
-            server: call.server.clone(),
-            tool: call.tool.clone(),
-            query: query.clone(),
-            stored_query: stored_query.clone(),
-            stage: stage.as_str(),
-            memory_ids,
-            relevances,
-            delivered: rendered.delivered.clone(),
+            agent_id: &agent,
+            session_id: call.session_id.as_deref(),
+            server: &call.server,
+            tool: &call.tool,
+            query: Some(&stored_query),
+            query_stage: stage.as_str(),
+            memory_ids: &memory_ids,
+            relevances: &relevances,
             min_score,
-            trace_id: call.trace_id.clone(),
+            trace_id: call.trace_id.as_deref(),
             source: call.source.as_str(),
         };
-        record
-            .write(
-                &self.store,
-                &self.cache,
-                settings.dedup_ttl,
-                settings.cooldown,
-            )
-            .await;
+        // Recorded before the answer, so a rating or a repeated call right
+        // after it sees the event, the dedup and the cooldown.
+        self.record(
+            principal.tenant_id,
+            &scope,
+            &event,
+            &query,
+            &rendered.delivered,
+        )
+        .await;
         Outcome::Surfaced(Surfacing {
             memories: delivered
                 .iter()
@@ -550,6 +547,36 @@ impl Surfacer {
             query: stored_query,
             stage: stage.as_str(),
         })
+    }
+
+    /// Stores the event (without it the block cannot be rated) and records
+    /// the delivered memories and the query for dedup and cooldown, both at
+    /// once.
+    async fn record(
+        &self,
+        tenant: Uuid,
+        scope: &SurfacingScope<'_>,
+        event: &NewEvent<'_>,
+        query: &str,
+        delivered: &[String],
+    ) {
+        let stored = async {
+            let mut client = self.store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant).await?;
+            events::record_event(&tx, event).await?;
+            tx.commit().await
+        };
+        let recorded = self.cache.record_surfacing(
+            scope,
+            query,
+            delivered,
+            self.settings.dedup_ttl,
+            self.settings.cooldown,
+        );
+        let (stored, ()) = tokio::join!(stored, recorded);
+        if let Err(error) = stored {
+            tracing::warn!(%error, "recording the surfacing event failed");
+        }
     }
 
     /// Records ratings of one of the caller's surfacing events; negative
@@ -736,69 +763,6 @@ impl Surfacer {
     }
 }
 
-/// A delivered surfacing, to store.
-struct Recording {
-    tenant: Uuid,
-    key_id: Uuid,
-    id: String,
-    agent: String,
-    session_id: Option<String>,
-    server: String,
-    tool: String,
-    /// The query as searched (cooldown) and as stored (event).
-    query: String,
-    stored_query: String,
-    stage: &'static str,
-    memory_ids: Vec<Uuid>,
-    relevances: Vec<f32>,
-    delivered: Vec<String>,
-    min_score: f32,
-    trace_id: Option<String>,
-    source: &'static str,
-}
-
-impl Recording {
-    /// Stores the event (without it the block cannot be rated) and records
-    /// the delivered memories and the query for dedup and cooldown.
-    async fn write(self, store: &Store, cache: &Cache, dedup_ttl: Duration, cooldown: Duration) {
-        let (tenant, key) = (self.tenant.to_string(), self.key_id.to_string());
-        let scope = SurfacingScope {
-            tenant: &tenant,
-            key: &key,
-            agent: &self.agent,
-            server: &self.server,
-            tool: &self.tool,
-        };
-        let event = NewEvent {
-            id: &self.id,
-            key_id: self.key_id,
-            agent_id: &self.agent,
-            session_id: self.session_id.as_deref(),
-            server: &self.server,
-            tool: &self.tool,
-            query: Some(&self.stored_query),
-            query_stage: self.stage,
-            memory_ids: &self.memory_ids,
-            relevances: &self.relevances,
-            min_score: self.min_score,
-            trace_id: self.trace_id.as_deref(),
-            source: self.source,
-        };
-        let stored = async {
-            let mut client = store.client().await?;
-            let tx = TenantTx::begin(&mut client, self.tenant).await?;
-            events::record_event(&tx, &event).await?;
-            tx.commit().await
-        };
-        let recorded =
-            cache.record_surfacing(&scope, &self.query, &self.delivered, dedup_ttl, cooldown);
-        let (stored, ()) = tokio::join!(stored, recorded);
-        if let Err(error) = stored {
-            tracing::warn!(%error, "recording the surfacing event failed");
-        }
-    }
-}
-
 /// What a rating did.
 #[derive(Debug, Clone)]
 pub(crate) struct FeedbackOutcome {
@@ -807,10 +771,4 @@ pub(crate) struct FeedbackOutcome {
     pub(crate) invalidated: Vec<String>,
     /// The tool's new threshold when this rating moved it.
     pub(crate) threshold: Option<f32>,
-}
-
-fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -35,7 +35,9 @@ pub struct SurfacingScope<'a> {
     pub tool: &'a str,
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch: the clock of the cooldown entries
+/// (shared by all pods, unlike a monotonic clock).
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
