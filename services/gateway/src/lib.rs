@@ -26,6 +26,8 @@
 //!   JSON-RPC refusals.
 //! - `metrics`: the gateway's Prometheus metrics.
 //! - `surfacing`: the active-surfacing engine and `POST /v1/surface`.
+//! - `proxy`: tenants' upstream MCP servers behind mneme (`prefix__tool`),
+//!   and `/v1/upstreams`.
 //!
 //! Middleware, outermost first: request id → trace → CORS → panic guard →
 //! body limit → timeout → (on MCP routes) Origin/Host check →
@@ -44,6 +46,7 @@ mod limits;
 mod mcp;
 mod metrics;
 mod oauth;
+mod proxy;
 mod rest;
 mod session;
 mod sse;
@@ -88,6 +91,7 @@ pub struct App {
     oauth: oauth::Shared,
     sse: Arc<sse::SseStreams>,
     surfacer: Arc<surfacing::Surfacer>,
+    proxy: Arc<proxy::Proxy>,
     /// Cancelled when the gateway shuts down: ends open streams.
     shutdown: CancellationToken,
     /// The gateway's public base URL, for links in responses and documents.
@@ -129,6 +133,10 @@ impl App {
                 cache.clone(),
                 store.clone(),
             )?),
+            proxy: Arc::new(
+                proxy::Proxy::new(config.proxy.clone(), store.clone(), cache.clone())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
             store,
             cache,
             backends,
@@ -174,6 +182,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
         ));
     let rest = rest::routes()
         .merge(surfacing::http::routes())
+        .merge(proxy::admin::routes())
         .layer(limit())
         .layer(require_scope())
         .layer(authenticate());
@@ -235,6 +244,7 @@ pub async fn serve(
     let grace = config.gateway.shutdown_grace;
     let flusher = spawn_usage_flusher(&app, config.gateway.rate_limits.usage_flush, stop.clone());
     spawn_revocation_listener(&app, stop.clone()).await;
+    spawn_upstream_listener(&app, stop.clone()).await;
     let server = axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
@@ -318,6 +328,38 @@ async fn spawn_revocation_listener(app: &App, stop: CancellationToken) {
                     }
                     None => return,
                 },
+                () = stop.cancelled() => return,
+            }
+        }
+    });
+}
+
+/// Reloads a tenant's upstream registry on this pod as soon as another
+/// pod (or the CLI) announces a change; without Redis the registry expires
+/// on its own within a minute.
+async fn spawn_upstream_listener(app: &App, stop: CancellationToken) {
+    let mut listener = match app.cache.upstreams_changed_listener().await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, "upstream changes apply when registries expire");
+            return;
+        }
+    };
+    let proxy = app.proxy.clone();
+    tokio::spawn(async move {
+        let mut housekeeping = tokio::time::interval(Duration::from_secs(30));
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                changed = listener.recv() => match changed {
+                    Some(tenant) => {
+                        if let Ok(tenant_id) = tenant.parse() {
+                            proxy.reload(tenant_id).await;
+                        }
+                    }
+                    None => return,
+                },
+                _ = housekeeping.tick() => proxy.housekeeping(),
                 () = stop.cancelled() => return,
             }
         }

@@ -41,6 +41,7 @@ concrete names and numbers). Call `forget` for memories that are wrong or obsole
 pub(crate) struct McpServer {
     backends: Backends,
     surfacer: Arc<crate::surfacing::Surfacer>,
+    proxy: Arc<crate::proxy::Proxy>,
     public_url: Arc<str>,
     limits: PublicLimits,
 }
@@ -119,6 +120,7 @@ impl McpServer {
         ToolContext {
             backends: self.backends.clone(),
             surfacer: self.surfacer.clone(),
+            proxy: self.proxy.clone(),
             principal,
             progress,
             public_url: self.public_url.clone(),
@@ -170,12 +172,12 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let principal = principal(&context)?;
-        Ok(ListToolsResult::with_all_items(
-            REGISTRY
-                .visible(&principal)
-                .map(|tool| tool.to_mcp())
-                .collect(),
-        ))
+        let mut tools: Vec<Tool> = REGISTRY
+            .visible(&principal)
+            .map(|tool| tool.to_mcp())
+            .collect();
+        tools.extend(self.proxy.list_tools(&principal).await);
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn list_prompts(
@@ -271,19 +273,29 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // A wrong tool name is the model's mistake to correct, like a wrong
-        // argument (SEP-1303): it gets a readable tool error, not a
-        // protocol fault the host may hide from the model.
-        if REGISTRY.get(&request.name).is_none() {
-            return tool_error(Error::new(
-                mneme_core::ErrorCode::NotFound,
-                format!(
-                    "unknown tool `{}`: tools/list names the available tools",
-                    request.name
-                ),
-            ));
-        }
         let principal = principal(&context)?;
+        if REGISTRY.get(&request.name).is_none() {
+            let arguments = request.arguments.unwrap_or_default();
+            return match self
+                .proxy
+                .call(&self.surfacer, &principal, &request.name, arguments)
+                .await
+            {
+                Some(Ok(result)) => Ok(result.into()),
+                Some(Err(error)) => tool_error(error),
+                // A wrong tool name is the model's mistake to correct, like
+                // a wrong argument (SEP-1303): it gets a readable tool
+                // error, not a protocol fault the host may hide from the
+                // model. Another tenant's upstream reads the same.
+                None => tool_error(Error::new(
+                    mneme_core::ErrorCode::NotFound,
+                    format!(
+                        "unknown tool `{}`: tools/list names the available tools",
+                        request.name
+                    ),
+                )),
+            };
+        }
         let progress = context.meta.get_progress_token().map(|token| {
             Arc::new(McpProgress {
                 peer: context.peer.clone(),
@@ -337,6 +349,7 @@ impl McpServer {
         Self {
             backends: app.backends.clone(),
             surfacer: app.surfacer.clone(),
+            proxy: app.proxy.clone(),
             public_url: app.public_url.as_str().into(),
             limits: app.limits.clone(),
         }

@@ -29,6 +29,17 @@ pub(crate) struct Metrics {
     pub(crate) surfacing: IntCounterVec,
     /// Time surfacing added to a call, by outcome.
     pub(crate) surfacing_seconds: HistogramVec,
+    /// Proxied tool calls by outcome (`ok`, `tool_error`, `cached`, or the
+    /// failure: `timeout`, `unavailable`, `breaker_open`, `blocked`,
+    /// `refused`, `too_large`) and compression strategy.
+    pub(crate) proxy_calls: IntCounterVec,
+    /// Duration of proxied calls (upstream and shaping), by outcome.
+    pub(crate) proxy_seconds: HistogramVec,
+    /// Text characters through the proxy: `in` from upstreams, `out` to
+    /// clients (before surfacing); their ratio is the compression.
+    pub(crate) proxy_chars: IntCounterVec,
+    /// Upstream connections open on this pod.
+    pub(crate) proxy_connections: IntGauge,
 }
 
 pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -67,6 +78,36 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1.0, 3.0,
             ]),
             &["outcome"],
+        )
+        .expect("valid metric"),
+    ),
+    proxy_calls: counter(
+        "mneme_proxy_calls_total",
+        "Proxied tool calls by outcome and compression strategy.",
+        &["outcome", "compression"],
+    ),
+    proxy_seconds: register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "mneme_proxy_call_seconds",
+                "Duration of proxied tool calls (upstream round trips and shaping), by outcome.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ]),
+            &["outcome"],
+        )
+        .expect("valid metric"),
+    ),
+    proxy_chars: counter(
+        "mneme_proxy_chars_total",
+        "Text characters through the proxy: `in` from upstreams, `out` to clients before surfacing.",
+        &["direction"],
+    ),
+    proxy_connections: register(
+        IntGauge::new(
+            "mneme_proxy_upstream_connections",
+            "Upstream MCP connections open on this gateway pod.",
         )
         .expect("valid metric"),
     ),

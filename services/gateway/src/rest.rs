@@ -27,6 +27,7 @@ fn context(app: &App, principal: Principal) -> ToolContext {
     ToolContext {
         backends: app.backends.clone(),
         surfacer: app.surfacer.clone(),
+        proxy: app.proxy.clone(),
         principal,
         progress: None,
         public_url: app.public_url.as_str().into(),

@@ -170,7 +170,7 @@ async fn open_stream(State(app): State<App>, request: Request) -> Response {
     let stop = server.clone();
     tokio::spawn(async move {
         let transport = SinkStreamTransport::new(outbox, inbound);
-        match service.serve_with_ct(transport, stop).await {
+        match Box::pin(service.serve_with_ct(transport, stop)).await {
             Ok(running) => {
                 let _ = running.waiting().await;
             }

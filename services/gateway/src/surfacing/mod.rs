@@ -31,12 +31,12 @@ use std::time::{Duration, Instant};
 use mneme_cache::Cache;
 use mneme_cache::surfacing::SurfacingScope;
 use mneme_config::SurfacingConfig;
+use mneme_core::breaker::{Admit, Breaker};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::{Error, ErrorCode, Permission, Principal};
 use mneme_proto::v1::{SurfaceCandidate, SurfaceRequest};
 use mneme_store::surfacing::{self as events, Counts, NewEvent, StatsFilter};
 use mneme_store::{Store, TenantTx};
-use mneme_surfacing::breaker::{Admit, Breaker};
 use mneme_surfacing::extract::{Extracted, Templates, extract_query};
 use mneme_surfacing::feedback::{FeedbackInput, Rating, parse_feedback};
 use mneme_surfacing::gate::{
@@ -63,6 +63,8 @@ const OVERFETCH: usize = 3;
 /// Where a tool call came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
+    /// A call through mneme's MCP proxy.
+    Proxy,
     /// A host's hook (Claude Code PostToolUse).
     Hook,
     /// `POST /v1/surface` with a tool event of the caller's own.
@@ -72,6 +74,7 @@ pub(crate) enum Source {
 impl Source {
     fn as_str(self) -> &'static str {
         match self {
+            Source::Proxy => "proxy",
             Source::Hook => "hook",
             Source::Api => "api",
         }

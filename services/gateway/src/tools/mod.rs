@@ -12,8 +12,9 @@
 //! [`recall`], [`edit`] (forget, amend, link), [`session`] (context,
 //! reflect, tool_feedback), [`explore`] (stats, graph, history, traces),
 //! [`connector`] (ChatGPT's search and fetch), [`guide`], [`admin`]
-//! (memory_consolidate) and [`surfacing`] (ratings and statistics of
-//! surfaced memories). Each turns JSON
+//! (memory_consolidate), [`surfacing`] (ratings and statistics of
+//! surfaced memories) and [`proxy`] (`stm_proxy_read_more`, the further
+//! chunks of long upstream results). Each turns JSON
 //! arguments into a gRPC request and the reply into JSON. [`kinds`] holds
 //! the enumerations they share.
 
@@ -23,6 +24,7 @@ mod edit;
 mod explore;
 mod guide;
 mod kinds;
+mod proxy;
 mod recall;
 pub(crate) mod reference;
 mod remember;
@@ -76,6 +78,8 @@ pub(crate) struct ToolContext {
     pub(crate) backends: Backends,
     /// The surfacing engine (feedback and stats of surfaced memories).
     pub(crate) surfacer: Arc<crate::surfacing::Surfacer>,
+    /// The MCP proxy (progressive results of upstream tools).
+    pub(crate) proxy: Arc<crate::proxy::Proxy>,
     pub(crate) principal: Principal,
     pub(crate) progress: Option<Arc<dyn ProgressSink>>,
     /// The gateway's public base URL, for links in results.
@@ -258,14 +262,47 @@ impl Mode {
         }
     }
 
-    /// Whether the mode lets a session use `tool`.
-    fn allows(self, tool: &ToolSpec) -> bool {
+    /// Whether the mode lets a session use a tool that is (not) read-only.
+    fn allows(self, read_only: bool) -> bool {
         match self {
-            Mode::RecallOnly | Mode::Audit => tool.read_only,
-            Mode::WriteOnly => !tool.read_only,
+            Mode::RecallOnly | Mode::Audit => read_only,
+            Mode::WriteOnly => !read_only,
             Mode::Onboarding => true,
         }
     }
+}
+
+/// The session's mode applied to a tool.
+fn check_mode(name: &str, read_only: bool, principal: &Principal) -> Result<(), Error> {
+    let mode = match principal.mode.as_deref() {
+        Some(name) => Some(Mode::parse(name)?),
+        None => None,
+    };
+    match mode {
+        // Audit sessions are for administrators; for other keys the
+        // mode is ignored, like an unknown preference.
+        Some(Mode::Audit) if !principal.has(Permission::Admin) => Ok(()),
+        Some(mode) if !mode.allows(read_only) => Err(Error::permission_denied(format!(
+            "`{name}` is not available in this session's mode"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The access check of an upstream's tool: `read` for tools annotated
+/// read-only, `write` for every other (an unannotated tool may write), then
+/// the session's mode, exactly as for mneme's own tools.
+pub(crate) fn authorize_proxied(
+    name: &str,
+    read_only: bool,
+    principal: &Principal,
+) -> Result<(), Error> {
+    principal.require(if read_only {
+        Permission::Read
+    } else {
+        Permission::Write
+    })?;
+    check_mode(name, read_only, principal)
 }
 
 /// All tools, by name.
@@ -291,7 +328,8 @@ pub(crate) static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
         .chain(connector::tools())
         .chain(guide::tools())
         .chain(admin::tools())
-        .chain(surfacing::tools());
+        .chain(surfacing::tools())
+        .chain(proxy::tools());
     for spec in all {
         let name = spec.name;
         assert!(
@@ -329,20 +367,7 @@ impl Registry {
         if tool.requires_admin {
             principal.require(Permission::Admin)?;
         }
-        let mode = match principal.mode.as_deref() {
-            Some(name) => Some(Mode::parse(name)?),
-            None => None,
-        };
-        match mode {
-            // Audit sessions are for administrators; for other keys the
-            // mode is ignored, like an unknown preference.
-            Some(Mode::Audit) if !principal.has(Permission::Admin) => Ok(()),
-            Some(mode) if !mode.allows(tool) => Err(Error::permission_denied(format!(
-                "`{}` is not available in this session's mode",
-                tool.name
-            ))),
-            _ => Ok(()),
-        }
+        check_mode(tool.name, tool.read_only, principal)
     }
 
     /// Calls a tool for a principal: unknown tools and failed checks never

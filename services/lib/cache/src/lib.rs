@@ -10,13 +10,16 @@
 //! cache, quota counts, session working memory ([`WorkingMemoryItem`]), ids
 //! already shown to a session, and the embedding wake-up channel
 //! ([`Cache::wake_embedding_worker`], [`WakeListener`]), and [`surfacing`]
-//! (rate window, cooldown, dedup and invalidation of active surfacing).
+//! (rate window, cooldown, dedup and invalidation of active surfacing),
+//! [`proxy`] (progressive results, the upstream result cache and the
+//! upstream-change channel).
 //! [`sessions`] (MCP session records), [`rate_limit`] (shared request
 //! counters) and [`relay`] (messages for a connection another process
 //! holds) are the exceptions: they report Redis failures, because the
 //! gateway degrades differently when Redis is down than when a key is absent.
 #![forbid(unsafe_code)]
 
+pub mod proxy;
 pub mod rate_limit;
 pub mod relay;
 pub mod sessions;

@@ -211,6 +211,96 @@ pub struct Config {
     pub symbolic: SymbolicConfig,
     /// Active surfacing (gateway), and its retention (consolidator).
     pub surfacing: SurfacingConfig,
+    /// The MCP proxy toward tenants' upstream servers (gateway).
+    pub proxy: ProxyConfig,
+}
+
+/// The MCP proxy (`MNEME_PROXY_*`). Per-upstream settings that a tenant
+/// leaves unset follow these defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyConfig {
+    pub header_key: Option<Secret>,
+    pub allow_private_upstreams: bool,
+    pub max_upstreams: i64,
+    pub connect_timeout: Duration,
+    pub call_timeout: Duration,
+    pub overall_timeout: Duration,
+    pub max_retries: u32,
+    pub retry_backoff: Duration,
+    /// Zero: no breaker.
+    pub breaker_failures: u32,
+    pub breaker_reset: Duration,
+    pub max_concurrency: usize,
+    pub tools_ttl: Duration,
+    pub idle: Duration,
+    pub max_upstream_chars: usize,
+    pub max_upstream_bytes: usize,
+    /// `none`, `truncate` or `progressive`.
+    pub compression: String,
+    pub max_result_chars: usize,
+    pub chunk_chars: usize,
+    pub progressive_ttl: Duration,
+    /// Zero: no caching unless an upstream or tool sets a TTL.
+    pub cache_ttl: Duration,
+    pub cache_max_chars: usize,
+    pub max_description_chars: usize,
+    pub client_prefix_chars: usize,
+    pub advertise_context_query: bool,
+}
+
+/// Reads and validates the `MCP proxy` section.
+fn proxy_config(r: &mut Reader<'_>) -> ProxyConfig {
+    let compression: String = r.value(settings::PROXY_COMPRESSION);
+    if !matches!(compression.as_str(), "none" | "truncate" | "progressive") {
+        r.problem(format!(
+            "{}={compression:?}: expected none, truncate or progressive",
+            settings::PROXY_COMPRESSION.name
+        ));
+    }
+    let config = ProxyConfig {
+        header_key: r.raw(settings::PROXY_HEADER_KEY).map(Secret::new),
+        allow_private_upstreams: r.flag(settings::PROXY_ALLOW_PRIVATE_UPSTREAMS),
+        max_upstreams: i64::from(r.positive_i32(settings::PROXY_MAX_UPSTREAMS)),
+        connect_timeout: Duration::from_millis(
+            r.positive(settings::PROXY_CONNECT_TIMEOUT_MS) as u64
+        ),
+        call_timeout: Duration::from_millis(r.positive(settings::PROXY_CALL_TIMEOUT_MS) as u64),
+        overall_timeout: Duration::from_millis(
+            r.positive(settings::PROXY_OVERALL_TIMEOUT_MS) as u64
+        ),
+        max_retries: r.value(settings::PROXY_MAX_RETRIES),
+        retry_backoff: r.millis(settings::PROXY_RETRY_BACKOFF_MS),
+        breaker_failures: r.value(settings::PROXY_BREAKER_FAILURES),
+        breaker_reset: Duration::from_millis(r.positive(settings::PROXY_BREAKER_RESET_MS) as u64),
+        max_concurrency: r.positive(settings::PROXY_MAX_CONCURRENCY),
+        tools_ttl: r.secs(settings::PROXY_TOOLS_TTL_SECS),
+        idle: r.secs(settings::PROXY_IDLE_SECS),
+        max_upstream_chars: r.positive(settings::PROXY_MAX_UPSTREAM_CHARS),
+        max_upstream_bytes: r.positive(settings::PROXY_MAX_UPSTREAM_BYTES),
+        compression,
+        max_result_chars: r.positive(settings::PROXY_MAX_RESULT_CHARS),
+        chunk_chars: r.positive(settings::PROXY_CHUNK_CHARS),
+        progressive_ttl: r.secs(settings::PROXY_PROGRESSIVE_TTL_SECS),
+        cache_ttl: Duration::from_secs(r.value(settings::PROXY_CACHE_TTL_SECS)),
+        cache_max_chars: r.positive(settings::PROXY_CACHE_MAX_CHARS),
+        max_description_chars: r.positive(settings::PROXY_MAX_DESCRIPTION_CHARS),
+        client_prefix_chars: r.value(settings::PROXY_CLIENT_PREFIX_CHARS),
+        advertise_context_query: r.flag(settings::PROXY_ADVERTISE_CONTEXT_QUERY),
+    };
+    if config.call_timeout > config.overall_timeout {
+        r.problem(format!(
+            "{} must not exceed {}",
+            settings::PROXY_CALL_TIMEOUT_MS.name,
+            settings::PROXY_OVERALL_TIMEOUT_MS.name
+        ));
+    }
+    if config.max_description_chars < 32 {
+        r.problem(format!(
+            "{} must be at least 32",
+            settings::PROXY_MAX_DESCRIPTION_CHARS.name
+        ));
+    }
+    config
 }
 
 /// Active surfacing (`MNEME_SURFACING_*`).
@@ -1116,6 +1206,7 @@ impl Config {
             ));
         }
         let surfacing = surfacing_config(&mut r);
+        let proxy = proxy_config(&mut r);
         let consolidation = ConsolidationConfig {
             llm: primary.into_iter().chain(fallback).collect(),
             surfacing_query_retention_days: surfacing.query_retention_days,
@@ -1157,6 +1248,7 @@ impl Config {
                 metrics_addr,
                 symbolic,
                 surfacing,
+                proxy,
             })
         } else {
             Err(ConfigError {

@@ -411,6 +411,56 @@ settings! {
         SURFACING_HOOK_TOOLS = "MNEME_SURFACING_HOOK_TOOLS", Some("read,grep,glob,shell,web_fetch,web_search"),
             "Claude Code tools (canonical names) whose PostToolUse events `/v1/surface` surfaces on; write and edit tools are always refused.";
     }
+    "MCP proxy" {
+        PROXY_HEADER_KEY = "MNEME_PROXY_HEADER_KEY", None,
+            "32 random bytes in base64 (`openssl rand -base64 32`) that seal tenants' upstream headers at rest (XChaCha20-Poly1305). Unset: upstreams can be registered without headers only. Changing it makes stored headers unreadable (those upstreams fail until their headers are set again).";
+        PROXY_ALLOW_PRIVATE_UPSTREAMS = "MNEME_PROXY_ALLOW_PRIVATE_UPSTREAMS", Some("false"),
+            "Let upstream URLs use plain http and private, loopback or link-local addresses. Only for development and single-tenant installs: on a shared service it lets tenants reach the internal network.";
+        PROXY_MAX_UPSTREAMS = "MNEME_PROXY_MAX_UPSTREAMS", Some("20"),
+            "Most upstream servers one tenant may register.";
+        PROXY_CONNECT_TIMEOUT_MS = "MNEME_PROXY_CONNECT_TIMEOUT_MS", Some("10000"),
+            "Default bound, in milliseconds, on connecting to an upstream (DNS, TLS, `initialize` and the first `tools/list`).";
+        PROXY_CALL_TIMEOUT_MS = "MNEME_PROXY_CALL_TIMEOUT_MS", Some("60000"),
+            "Default bound, in milliseconds, on one attempt of a proxied tool call.";
+        PROXY_OVERALL_TIMEOUT_MS = "MNEME_PROXY_OVERALL_TIMEOUT_MS", Some("120000"),
+            "Default bound, in milliseconds, on a proxied call with all its retries.";
+        PROXY_MAX_RETRIES = "MNEME_PROXY_MAX_RETRIES", Some("2"),
+            "Default retries of a proxied call after a transport failure (with exponential backoff). A tool that is not read-only is never retried after a timeout, since the first attempt may have run.";
+        PROXY_RETRY_BACKOFF_MS = "MNEME_PROXY_RETRY_BACKOFF_MS", Some("200"),
+            "First retry delay in milliseconds; it doubles with each retry, up to 5 s.";
+        PROXY_BREAKER_FAILURES = "MNEME_PROXY_BREAKER_FAILURES", Some("3"),
+            "Default number of consecutive failed calls (per tenant upstream, per gateway pod) that open the upstream's circuit breaker.";
+        PROXY_BREAKER_RESET_MS = "MNEME_PROXY_BREAKER_RESET_MS", Some("30000"),
+            "Default milliseconds an open upstream breaker refuses calls; then a single probe decides.";
+        PROXY_MAX_CONCURRENCY = "MNEME_PROXY_MAX_CONCURRENCY", Some("16"),
+            "Default most calls in flight to one upstream from one gateway pod; further calls wait within their timeout.";
+        PROXY_TOOLS_TTL_SECS = "MNEME_PROXY_TOOLS_TTL_SECS", Some("300"),
+            "Seconds an upstream's `tools/list` is trusted before it is asked again (sooner when the upstream announces `list_changed`).";
+        PROXY_IDLE_SECS = "MNEME_PROXY_IDLE_SECS", Some("600"),
+            "Seconds after which an unused upstream connection is closed.";
+        PROXY_MAX_UPSTREAM_CHARS = "MNEME_PROXY_MAX_UPSTREAM_CHARS", Some("10000000"),
+            "Largest text an upstream result may carry; larger results become a tool error (a guard against running out of memory).";
+        PROXY_MAX_UPSTREAM_BYTES = "MNEME_PROXY_MAX_UPSTREAM_BYTES", Some("41943040"),
+            "Largest whole upstream result envelope (JSON bytes); larger results become a tool error.";
+        PROXY_COMPRESSION = "MNEME_PROXY_COMPRESSION", Some("truncate"),
+            "Default handling of long upstream texts: `none` (pass through), `truncate` (cut at a boundary, never inside a JSON value) or `progressive` (lossless chunks read with `stm_proxy_read_more`).";
+        PROXY_MAX_RESULT_CHARS = "MNEME_PROXY_MAX_RESULT_CHARS", Some("16000"),
+            "Default budget of a proxied result's text, in characters, before `truncate` or `progressive` applies.";
+        PROXY_CHUNK_CHARS = "MNEME_PROXY_CHUNK_CHARS", Some("4000"),
+            "Characters per chunk of progressive delivery.";
+        PROXY_PROGRESSIVE_TTL_SECS = "MNEME_PROXY_PROGRESSIVE_TTL_SECS", Some("1800"),
+            "Seconds a progressively delivered result stays readable (in Redis) after its last read.";
+        PROXY_CACHE_TTL_SECS = "MNEME_PROXY_CACHE_TTL_SECS", Some("0"),
+            "Default seconds a read-only upstream result is cached (in Redis, per tenant, upstream, tool and arguments); 0 turns the cache off unless an upstream or tool sets its own.";
+        PROXY_CACHE_MAX_CHARS = "MNEME_PROXY_CACHE_MAX_CHARS", Some("200000"),
+            "Largest result text that is cached.";
+        PROXY_MAX_DESCRIPTION_CHARS = "MNEME_PROXY_MAX_DESCRIPTION_CHARS", Some("1024"),
+            "Longest advertised description of a proxied tool, `[proxied] ` prefix included.";
+        PROXY_CLIENT_PREFIX_CHARS = "MNEME_PROXY_CLIENT_PREFIX_CHARS", Some("16"),
+            "Characters reserved for a client's own tool prefix (Claude Code's `mcp__mneme__` is 12) when checking the 64-character limit on tool names; longer upstream tools are not exposed.";
+        PROXY_ADVERTISE_CONTEXT_QUERY = "MNEME_PROXY_ADVERTISE_CONTEXT_QUERY", Some("true"),
+            "Add an optional `_context_query` argument to every proxied tool's schema: the agent may say what it is working on, which mneme uses to find related memories and never forwards.";
+    }
     "Hook client (`mneme hook`)" {
         HOOK_URL = "MNEME_HOOK_URL", None,
             "Base URL of the mneme gateway that `mneme hook` asks (it posts to `<url>/v1/surface`). Defaults to `MNEME_PUBLIC_URL`, else `http://<MNEME_HTTP_ADDR>`.";

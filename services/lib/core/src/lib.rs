@@ -4,7 +4,9 @@
 //!
 //! Layout:
 //! - [`api_key`]: the API key format, generation and verification.
-//! - [`breaker`]: the circuit breaker of optional outside services.
+//! - [`breaker`]: circuit breakers of outside services (a shared one, and a
+//!   single-probe one kept per tenant and dependency).
+//! - [`net`]: which addresses are public (the SSRF guards' rule).
 //! - [`claims`]: rule-based claim extraction (subject, predicate, object,
 //!   polarity) for the symbolic layer.
 //! - [`contradiction`]: the rules that judge two similar memories
@@ -26,6 +28,7 @@ pub mod claims;
 pub mod contradiction;
 pub mod error;
 pub mod fragment;
+pub mod net;
 pub mod password;
 pub mod policy;
 pub mod principal;

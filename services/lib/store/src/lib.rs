@@ -12,7 +12,8 @@
 //!   symbolic layer's claims), [`usage`] (tool calls per key and day),
 //!   [`oauth`] (OAuth clients and refresh tokens), [`users`] (people who
 //!   sign in), [`surfacing`] (surfacing events, ratings and tuned
-//!   thresholds);
+//!   thresholds), [`upstreams`] (tenants' upstream MCP servers behind the
+//!   proxy);
 //!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -37,6 +38,7 @@ pub mod search_thresholds;
 pub mod stats;
 pub mod surfacing;
 pub mod tenants;
+pub mod upstreams;
 pub mod usage;
 pub mod users;
 pub mod versions;

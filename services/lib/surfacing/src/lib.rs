@@ -12,7 +12,7 @@
 //!   query, path and semantic arguments, tool name) and the minimum-signal rule.
 //! - [`privacy`]: sensitive-query detection, digests and what may be stored.
 //! - [`gate`]: static gates: tool globs, write-tool detection, cooldown.
-//! - [`breaker`]: the circuit breaker around recall, with a single half-open probe.
+//! - the circuit breaker around recall is `mneme_core::breaker::Breaker`.
 //! - [`relevance`]: `[weak]` / `[related]` / `[strong]` buckets.
 //! - [`render`]: the escaped, size-capped block and its injection.
 //! - [`model`]: budgets that follow the consumer model's context window.
@@ -20,7 +20,6 @@
 //! - [`tuner`]: the per (tenant, server, tool) `min_score` auto-tuner.
 #![forbid(unsafe_code)]
 
-pub mod breaker;
 pub mod extract;
 pub mod feedback;
 pub mod gate;

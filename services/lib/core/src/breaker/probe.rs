@@ -1,4 +1,4 @@
-//! A three-state circuit breaker around recall with a **single** half-open
+//! A three-state circuit breaker with a **single** half-open
 //! probe (the reference let every concurrent caller probe a recovering
 //! service at once).
 //!

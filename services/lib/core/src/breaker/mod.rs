@@ -2,6 +2,15 @@
 //! models): after `failures_to_open` consecutive failures it opens for
 //! `cooldown`, during which callers skip the service; the first call after
 //! the cooldown tries again, and one success closes it.
+//!
+//! [`probe`] holds the stricter three-state [`Breaker`] with a single
+//! half-open probe, as plain data without lock or clock, for callers that
+//! keep one per (tenant, dependency): surfacing's recall and the proxy's
+//! upstreams.
+
+pub mod probe;
+
+pub use probe::{Admit, Breaker, BreakerState};
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,0 +1,548 @@
+//! The MCP proxy through the whole stack: a tenant registers upstream MCP
+//! servers with `/v1/upstreams`, and its agents reach their tools through
+//! mneme's `/mcp` as `prefix__tool`, shaped and with surfaced memories.
+//!
+//! Upstreams: the reference server `@modelcontextprotocol/server-everything`
+//! (npm, run with the machine's Node.js) over Streamable HTTP, and a small
+//! rmcp server of the test's own for what the reference cannot produce (a
+//! 1 MB result, a view of the arguments it received).
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use mneme_core::Permission;
+use mneme_e2e_tests::{Mcp, Stack};
+use mneme_mcp_upstream::shape::{FOOTER_TOKEN, strip_footer};
+use mneme_test_support::{TestTenant, create_tenant};
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+const JWT_MEMORY: &str = "The JWT handler in src/auth/jwt_handler.rs validates access tokens \
+                          with RS256 and rejects expired tokens after a 30 second leeway.";
+const HEADER_SECRET: &str = "sekret-upstream-credential-4711";
+
+/// The reference server, as a child process killed on drop.
+struct Everything {
+    child: Child,
+    url: String,
+}
+
+impl Everything {
+    async fn start() -> Self {
+        let modules = std::env::var("MNEME_TEST_MCP_SERVERS").expect(
+            "MNEME_TEST_MCP_SERVERS must point at the node_modules holding \
+             @modelcontextprotocol/server-everything (deploy/local/setup.sh installs it)",
+        );
+        let script = format!("{modules}/@modelcontextprotocol/server-everything/dist/index.js");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("node")
+            .arg(&script)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs the reference server");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "server-everything did not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    async fn kill(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// The test's own upstream: `show_args` answers with the arguments it
+/// received; `big` with `chars` characters of varied text.
+#[derive(Clone)]
+struct Own;
+
+fn own_tool(name: &'static str, description: &'static str) -> Tool {
+    let schema = json!({"type": "object", "properties": {"chars": {"type": "integer"}}});
+    let Value::Object(schema) = schema else {
+        unreachable!()
+    };
+    Tool::new(name, description, Arc::new(schema))
+        .with_annotations(ToolAnnotations::new().read_only(true))
+}
+
+/// Deterministic text with ASCII, Hangul, emoji, blank lines and headings.
+fn big_text(chars: usize) -> String {
+    let pieces = [
+        "# Section ",
+        "line of plain text with numbers 12345\n",
+        "한국어 문장입니다. ",
+        "emoji 🚀🔥 ",
+        "\n\n",
+        "{\"json\": [1, 2, 3]}\n",
+        "   indented code();\n",
+    ];
+    let mut text = String::new();
+    let mut i = 0usize;
+    while text.chars().count() < chars {
+        text.push_str(pieces[i % pieces.len()]);
+        if i.is_multiple_of(11) {
+            text.push_str(&i.to_string());
+        }
+        i += 1;
+    }
+    text.chars().take(chars).collect()
+}
+
+impl ServerHandler for Own {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            own_tool("show_args", "Shows the arguments it received."),
+            own_tool("big", "Returns a long text."),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let text = match request.name.as_ref() {
+            "show_args" => Value::Object(arguments).to_string(),
+            "big" => big_text(
+                arguments
+                    .get("chars")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1000) as usize,
+            ),
+            other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+}
+
+async fn start_own_upstream() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let service = StreamableHttpService::new(
+        || Ok(Own),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_allowed_hosts(vec![addr.to_string()]),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}/mcp")
+}
+
+struct World {
+    stack: Stack,
+    acme: TestTenant,
+    http: reqwest::Client,
+}
+
+impl World {
+    async fn start() -> Self {
+        let key = base64::engine::general_purpose::STANDARD.encode([42u8; 32]);
+        let stack = Stack::start(
+            "hash",
+            &[
+                ("MNEME_PROXY_ALLOW_PRIVATE_UPSTREAMS", "true"),
+                ("MNEME_PROXY_HEADER_KEY", key.as_str()),
+            ],
+        )
+        .await;
+        let acme = create_tenant(&stack.db.store(), "acme", &[Permission::Admin]).await;
+        Self {
+            stack,
+            acme,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn request(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("http://{}{path}", self.stack.http_addr))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    async fn register(&self, key: &str, upstream: Value) -> Value {
+        let (status, body) = self
+            .request(key, reqwest::Method::POST, "/v1/upstreams", Some(upstream))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
+    async fn remember(&self, content: &str) {
+        let (status, body) = self
+            .request(
+                &self.acme.api_key,
+                reqwest::Method::POST,
+                "/v1/tools/remember",
+                Some(json!({"content": content, "topic": "auth", "type": "fact"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self
+            .stack
+            .db
+            .count_in_tenant(self.acme.tenant_id, "embedding IS NULL")
+            .await
+            > 0
+        {
+            assert!(Instant::now() < deadline, "embeddings did not complete");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn call(mcp: &Mcp, name: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    mcp.client
+        .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"))
+}
+
+fn texts(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+async fn tool_names(mcp: &Mcp) -> Vec<Tool> {
+    mcp.client.list_all_tools().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_registered_upstream_is_listed_called_and_surfaced_through_mneme() {
+    let world = World::start().await;
+    let everything = Everything::start().await;
+    let registered = world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "everything", "prefix": "ev", "url": everything.url,
+                   "headers": {"X-Upstream-Secret": HEADER_SECRET}}),
+        )
+        .await;
+    assert_eq!(registered["headerNames"], json!(["X-Upstream-Secret"]));
+    assert!(!registered.to_string().contains(HEADER_SECRET));
+    world.remember(JWT_MEMORY).await;
+
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let tools = tool_names(&mcp).await;
+    let echo = tools
+        .iter()
+        .find(|t| t.name == "ev__echo")
+        .unwrap_or_else(|| {
+            panic!(
+                "ev__echo listed: {:?}",
+                tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+            )
+        });
+    assert!(
+        echo.description
+            .as_deref()
+            .unwrap()
+            .starts_with("[proxied] ")
+    );
+    assert!(
+        echo.input_schema["properties"]
+            .get("_context_query")
+            .is_some()
+    );
+    assert!(
+        tools.iter().any(|t| t.name == "recall"),
+        "mneme's own tools stay"
+    );
+
+    // A read-only call related to a stored memory gets it injected.
+    let result = call(
+        &mcp,
+        "ev__echo",
+        json!({"message": "reviewing the token validation code",
+               "_context_query": "JWT handler access token validation RS256"}),
+    )
+    .await;
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let text = texts(&result);
+    assert!(
+        text.starts_with("Echo: reviewing the token validation code"),
+        "{text}"
+    );
+    assert!(text.contains("<surfaced-memories"), "{text}");
+    assert!(text.contains("RS256"), "{text}");
+
+    // A tool that is not read-only gets nothing.
+    let toggled = call(
+        &mcp,
+        "ev__toggle-simulated-logging",
+        json!({"_context_query": "JWT handler access token validation RS256"}),
+    )
+    .await;
+    assert_ne!(toggled.is_error, Some(true), "{toggled:?}");
+    assert!(!texts(&toggled).contains("<surfaced-memories"));
+
+    // Non-text content passes through intact.
+    let image = call(&mcp, "ev__get-tiny-image", json!({})).await;
+    assert!(
+        image.content.iter().any(|c| c.as_image().is_some()),
+        "{image:?}"
+    );
+
+    // The listing shows header names, never values; switching surfacing
+    // off takes effect at once.
+    let (status, listing) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::GET,
+            "/v1/upstreams",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(!listing.to_string().contains(HEADER_SECRET), "{listing}");
+    let (status, _) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::PATCH,
+            "/v1/upstreams/everything",
+            Some(json!({"surfacingEnabled": false})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let quiet = call(
+        &mcp,
+        "ev__echo",
+        json!({"message": "again", "_context_query": "JWT handler RS256 token validation"}),
+    )
+    .await;
+    assert_eq!(texts(&quiet), "Echo: again");
+}
+
+#[tokio::test]
+async fn another_tenant_can_neither_see_nor_call_nor_learn_of_an_upstream() {
+    let world = World::start().await;
+    let everything = Everything::start().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "everything", "prefix": "ev", "url": everything.url}),
+        )
+        .await;
+    let other = create_tenant(&world.stack.db.store(), "other", &[Permission::Admin]).await;
+    let mcp = world.stack.mcp(&other.api_key).await;
+    assert!(
+        !tool_names(&mcp)
+            .await
+            .iter()
+            .any(|t| t.name.starts_with("ev__"))
+    );
+    let theirs = call(&mcp, "ev__echo", json!({"message": "hi"})).await;
+    let nobody = call(&mcp, "zz__echo", json!({"message": "hi"})).await;
+    assert_eq!(theirs.is_error, Some(true));
+    assert_eq!(
+        texts(&theirs).replace("ev__echo", "X"),
+        texts(&nobody).replace("zz__echo", "X"),
+        "an existing upstream of another tenant reads like no upstream at all"
+    );
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let (status, existing) = world
+            .request(
+                &other.api_key,
+                method.clone(),
+                "/v1/upstreams/everything",
+                None,
+            )
+            .await;
+        let (status_missing, missing) = world
+            .request(&other.api_key, method, "/v1/upstreams/nothing", None)
+            .await;
+        assert_eq!((status, status_missing), (404, 404));
+        assert_eq!(
+            existing.to_string().replace("everything", "X"),
+            missing.to_string().replace("nothing", "X")
+        );
+    }
+    // A key without `admin` manages nothing.
+    let reader = create_tenant(&world.stack.db.store(), "reader", &[Permission::Read]).await;
+    let (status, _) = world
+        .request(&reader.api_key, reqwest::Method::GET, "/v1/upstreams", None)
+        .await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn progressive_delivery_round_trips_a_megabyte_exactly_and_never_forwards_the_context_query()
+{
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "own", "url": url, "compression": "progressive"}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+
+    let shown = call(
+        &mcp,
+        "own__show_args",
+        json!({"path": "a.txt", "_context_query": "what I am doing"}),
+    )
+    .await;
+    let received: Value = serde_json::from_str(&texts(&shown)).unwrap();
+    assert_eq!(received, json!({"path": "a.txt"}));
+
+    let chars = 1_000_000;
+    let expected = big_text(chars);
+    let first = call(&mcp, "own__big", json!({"chars": chars})).await;
+    let first = texts(&first);
+    assert!(
+        first.contains(FOOTER_TOKEN),
+        "a chunked result has a footer"
+    );
+    let key = first
+        .split("stm_proxy_read_more(key=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the footer names the key")
+        .to_owned();
+    let mut rebuilt = strip_footer(&first).to_owned();
+    let mut offset = rebuilt.chars().count() as u64;
+    let mut reads = 0;
+    loop {
+        let more = mcp
+            .ok(
+                "stm_proxy_read_more",
+                json!({"key": key, "offset": offset, "limit": 16000}),
+            )
+            .await;
+        rebuilt.push_str(strip_footer(more["text"].as_str().unwrap()));
+        reads += 1;
+        match more["nextOffset"].as_u64() {
+            Some(next) => offset = next,
+            None => break,
+        }
+        assert!(reads < 1000, "progressive reading does not end");
+    }
+    assert_eq!(rebuilt.len(), expected.len());
+    assert!(
+        rebuilt == expected,
+        "the concatenated chunks are the original"
+    );
+
+    // Another key of the same tenant cannot read this key's result.
+    let stranger = create_tenant(&world.stack.db.store(), "stranger", &[Permission::Admin]).await;
+    let (status, body) = world
+        .request(
+            &stranger.api_key,
+            reqwest::Method::POST,
+            "/v1/tools/stm_proxy_read_more",
+            Some(json!({"key": key, "offset": 0})),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+}
+
+#[tokio::test]
+async fn a_killed_upstream_opens_the_breaker_within_the_timeout_and_mneme_keeps_working() {
+    let world = World::start().await;
+    let mut everything = Everything::start().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "everything", "prefix": "ev", "url": everything.url,
+                   "connectTimeoutMs": 2000, "callTimeoutMs": 2000, "overallTimeoutMs": 3000,
+                   "maxRetries": 1, "breakerFailures": 2, "breakerResetMs": 60000}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let ok = call(&mcp, "ev__echo", json!({"message": "alive"})).await;
+    assert_eq!(texts(&ok), "Echo: alive");
+
+    everything.kill().await;
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let failed = call(&mcp, "ev__echo", json!({"message": "anyone?"})).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a dead upstream answers within the configured timeouts"
+        );
+        assert_eq!(failed.is_error, Some(true), "{failed:?}");
+        errors.push(texts(&failed));
+    }
+    assert!(
+        errors[0].contains("unreachable") || errors[0].contains("did not answer"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[2].contains("stopped calling it"),
+        "the breaker is open: {errors:?}"
+    );
+    // mneme's own tools are unaffected.
+    let recalled = mcp.ok("recall", json!({"text": "anything"})).await;
+    assert!(recalled["fragments"].is_array());
+}

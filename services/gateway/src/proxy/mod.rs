@@ -1,0 +1,727 @@
+//! The MCP proxy: a tenant's upstream MCP servers behind mneme, their tools
+//! exposed as `prefix__tool` next to mneme's own, every call shaped and
+//! surfaced.
+//!
+//! - The tenant's registry (`upstream_servers`) is read once per pod and
+//!   kept until an `upstreams-changed` announcement (Redis pub/sub, from the
+//!   admin API or the CLI) or [`REGISTRY_TTL`]; connection state lives in
+//!   [`mneme_mcp_upstream::pool::Pool`], which replaces a connection when
+//!   the upstream's stored version changes.
+//! - `tools/list`: each enabled upstream's tools, renamed, described
+//!   `[proxied] …`, `_context_query` advertised; filtered by the caller's
+//!   permission and mode like mneme's own tools (a proxied tool that is not
+//!   annotated read-only needs `write`).
+//! - `tools/call`, in order: find the upstream by prefix (an unknown prefix
+//!   reads exactly like an unknown tool, so one tenant cannot learn whether
+//!   another's upstream exists) → access check → `_context_query` taken out
+//!   → result cache (read-only tools only) → upstream call (timeouts,
+//!   retries, breaker) → size guards → clean → `none` / `truncate`, or
+//!   `progressive` (lossless, so not cleaned) → surfacing → result. Results that are errors, or carry
+//!   no text, pass through intact; `structuredContent` is kept.
+//!
+//! [`admin`] serves `/v1/upstreams`.
+
+pub(crate) mod admin;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use mneme_cache::Cache;
+use mneme_config::ProxyConfig;
+use mneme_core::{Error, ErrorCode, Principal};
+use mneme_mcp_upstream::naming::{self, split_exposed};
+use mneme_mcp_upstream::pool::{CallError, Pool, TransportKind, UpstreamSpec};
+use mneme_mcp_upstream::registration::{self, ToolOverride};
+use mneme_mcp_upstream::sealed::HeaderKey;
+use mneme_mcp_upstream::shape;
+use mneme_mcp_upstream::ssrf::UrlPolicy;
+use mneme_store::upstreams::{self, Upstream};
+use mneme_store::{Store, TenantTx};
+use mneme_surfacing::extract::take_context_query;
+use mneme_surfacing::gate::{ToolAnnotations, ToolPatterns};
+use mneme_surfacing::render::{InjectionMode, inject_text};
+use rand::RngCore;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::metrics::METRICS;
+use crate::surfacing::{Outcome, Source, Surfacer, ToolCall};
+
+/// How long a pod trusts a tenant's registry without an announcement.
+const REGISTRY_TTL: Duration = Duration::from_secs(60);
+/// Longest a `tools/list` waits for one upstream; a slower one is left
+/// out of this listing rather than holding up the others.
+const LIST_WAIT: Duration = Duration::from_secs(5);
+/// The tool that reads further chunks of a progressive result.
+pub(crate) const READ_MORE_TOOL: &str = "stm_proxy_read_more";
+
+/// One usable upstream of a tenant.
+struct Active {
+    row: Upstream,
+    spec: UpstreamSpec,
+    overrides: BTreeMap<String, ToolOverride>,
+    exclude: ToolPatterns,
+}
+
+impl Active {
+    fn compression<'a>(&'a self, tool: &str, config: &'a ProxyConfig) -> &'a str {
+        self.overrides
+            .get(tool)
+            .and_then(|o| o.compression.as_deref())
+            .or(self.row.settings.compression.as_deref())
+            .unwrap_or(config.compression.as_str())
+    }
+
+    fn max_result_chars(&self, tool: &str, config: &ProxyConfig) -> usize {
+        self.overrides
+            .get(tool)
+            .and_then(|o| o.max_result_chars)
+            .map(|n| n as usize)
+            .or(self
+                .row
+                .settings
+                .max_result_chars
+                .and_then(|n| usize::try_from(n).ok()))
+            .unwrap_or(config.max_result_chars)
+    }
+
+    fn cache_ttl(&self, tool: &str, config: &ProxyConfig) -> Duration {
+        self.overrides
+            .get(tool)
+            .and_then(|o| o.cache_ttl_secs)
+            .map(u64::from)
+            .or(self
+                .row
+                .settings
+                .cache_ttl_secs
+                .and_then(|n| u64::try_from(n).ok()))
+            .map_or(config.cache_ttl, Duration::from_secs)
+    }
+
+    fn hidden(&self, tool: &str) -> bool {
+        self.overrides.get(tool).is_some_and(|o| o.hidden)
+    }
+}
+
+/// A tenant's usable upstreams, by prefix.
+#[derive(Default)]
+struct Registry {
+    by_prefix: BTreeMap<String, Arc<Active>>,
+}
+
+/// See the module documentation.
+pub(crate) struct Proxy {
+    config: ProxyConfig,
+    store: Store,
+    cache: Cache,
+    pool: Pool,
+    header_key: Option<HeaderKey>,
+    policy: UrlPolicy,
+    registries: moka::future::Cache<Uuid, Arc<Registry>>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").finish_non_exhaustive()
+    }
+}
+
+/// A proxied tool as listed, with what the call path needs to know.
+struct Listed {
+    tool: Tool,
+    read_only: bool,
+}
+
+/// Arguments of `stm_proxy_read_more`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadMoreArgs {
+    /// The `key` named in the footer of a chunked result.
+    pub(crate) key: String,
+    /// Character offset to continue from (the footer's `offset`).
+    #[serde(default)]
+    pub(crate) offset: u64,
+    /// Characters to return (default: the chunk size of the result).
+    pub(crate) limit: Option<u64>,
+}
+
+/// One further chunk of a progressive result.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReadMoreResult {
+    /// The chunk followed by its footer; split on the footer token
+    /// (`\n---\n[progressive: chars=`) and concatenate to rebuild the result.
+    pub(crate) text: String,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) total_chars: u64,
+    /// Where the next chunk starts; absent after the last one.
+    pub(crate) next_offset: Option<u64>,
+}
+
+/// The text of a result, as shaping sees it.
+#[derive(Debug, Serialize, Deserialize)]
+struct CachedResult {
+    content: Vec<ContentBlock>,
+    structured_content: Option<serde_json::Value>,
+}
+
+impl Proxy {
+    pub(crate) fn new(
+        config: ProxyConfig,
+        store: Store,
+        cache: Cache,
+    ) -> Result<Self, mneme_mcp_upstream::sealed::SealError> {
+        let header_key = config
+            .header_key
+            .as_ref()
+            .map(|key| HeaderKey::from_base64(key.expose()))
+            .transpose()?;
+        let policy = UrlPolicy {
+            allow_private: config.allow_private_upstreams,
+            resolve_timeout: config.connect_timeout.min(Duration::from_secs(5)),
+        };
+        Ok(Self {
+            pool: Pool::new(policy),
+            registries: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(REGISTRY_TTL)
+                .build(),
+            config,
+            store,
+            cache,
+            header_key,
+            policy,
+        })
+    }
+
+    pub(crate) fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    pub(crate) fn policy(&self) -> &UrlPolicy {
+        &self.policy
+    }
+
+    pub(crate) fn header_key(&self) -> Option<&HeaderKey> {
+        self.header_key.as_ref()
+    }
+
+    /// Forgets what this pod knew of a tenant's upstreams (after an
+    /// announcement or a change made through this pod).
+    pub(crate) async fn reload(&self, tenant_id: Uuid) {
+        self.registries.invalidate(&tenant_id).await;
+    }
+
+    /// Closes idle connections and updates the connection gauge.
+    pub(crate) fn housekeeping(&self) {
+        let closed = self.pool.close_idle(self.config.idle);
+        if closed > 0 {
+            tracing::debug!(closed, "idle upstream connections closed");
+        }
+        METRICS
+            .proxy_connections
+            .set(i64::try_from(self.pool.connected()).unwrap_or(i64::MAX));
+    }
+
+    pub(crate) fn health(
+        &self,
+        tenant_id: Uuid,
+        id: Uuid,
+    ) -> Option<mneme_mcp_upstream::pool::Health> {
+        self.pool.health(tenant_id, id)
+    }
+
+    async fn registry(&self, tenant_id: Uuid) -> Arc<Registry> {
+        let loaded = self
+            .registries
+            .try_get_with(tenant_id, self.load(tenant_id))
+            .await;
+        loaded.unwrap_or_else(|error| {
+            tracing::warn!(%error, "upstream registry could not be read; no upstreams this time");
+            Arc::new(Registry::default())
+        })
+    }
+
+    async fn load(&self, tenant_id: Uuid) -> Result<Arc<Registry>, mneme_store::StoreError> {
+        let mut db = self.store.client().await?;
+        let tx = TenantTx::begin(&mut db, tenant_id).await?;
+        let rows = upstreams::list(&tx).await?;
+        drop(tx);
+        self.pool
+            .retain_tenant(tenant_id, &rows.iter().map(|r| r.id).collect::<Vec<_>>());
+        let mut registry = Registry::default();
+        for row in rows.into_iter().filter(|r| r.settings.enabled) {
+            let headers = match &self.header_key {
+                Some(key) => key.open(tenant_id, row.headers.sealed.as_deref()),
+                None if row.headers.sealed.is_none() => Ok(Default::default()),
+                None => Err(mneme_mcp_upstream::sealed::SealError::BadKey),
+            };
+            let Ok(headers) = headers else {
+                tracing::warn!(upstream = %row.id, "upstream headers do not open; upstream skipped");
+                continue;
+            };
+            let Some(transport) = TransportKind::parse(&row.settings.transport) else {
+                continue;
+            };
+            let overrides =
+                registration::tool_overrides(&row.settings.tool_overrides).unwrap_or_default();
+            let exclude = ToolPatterns::new(&row.settings.exclude_tools)
+                .unwrap_or_else(|_| ToolPatterns::new(&[]).expect("no patterns compile"));
+            let spec = UpstreamSpec {
+                tenant_id,
+                id: row.id,
+                version: row.version,
+                transport,
+                url: row.settings.url.clone(),
+                headers,
+                limits: registration::limits(&row.settings, &self.config),
+            };
+            registry.by_prefix.insert(
+                row.settings.prefix.clone(),
+                Arc::new(Active {
+                    row,
+                    spec,
+                    overrides,
+                    exclude,
+                }),
+            );
+        }
+        Ok(Arc::new(registry))
+    }
+
+    /// The proxied tools of one upstream, as listed to clients.
+    async fn listed(&self, upstream: &Active) -> Result<Vec<Listed>, CallError> {
+        let tools = self.pool.tools(&upstream.spec).await?;
+        let prefix = &upstream.row.settings.prefix;
+        Ok(tools
+            .iter()
+            .filter(|tool| !upstream.hidden(&tool.name))
+            .filter(|tool| {
+                naming::exposable(prefix, &tool.name, self.config.client_prefix_chars).is_ok()
+            })
+            .map(|tool| {
+                let exposed = naming::exposed_name(prefix, &tool.name);
+                let suffix = (upstream.compression(&tool.name, &self.config) == "progressive")
+                    .then_some("Chunked: use stm_proxy_read_more for more");
+                let description = naming::describe(
+                    &exposed,
+                    tool.description.as_deref(),
+                    upstream
+                        .overrides
+                        .get(tool.name.as_ref())
+                        .and_then(|o| o.description.as_deref()),
+                    self.config.max_description_chars,
+                    suffix,
+                );
+                let mut listed = tool.clone();
+                listed.name = exposed.into();
+                listed.description = Some(description.into());
+                if self.config.advertise_context_query {
+                    listed.input_schema = Arc::new(naming::with_context_query(&tool.input_schema));
+                }
+                let read_only = tool
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.read_only_hint)
+                    .unwrap_or(false);
+                Listed {
+                    tool: listed,
+                    read_only,
+                }
+            })
+            .collect())
+    }
+
+    /// The tenant's proxied tools the principal may call. Upstreams that
+    /// do not answer in time are left out of this listing.
+    pub(crate) async fn list_tools(&self, principal: &Principal) -> Vec<Tool> {
+        let registry = self.registry(principal.tenant_id).await;
+        let listings = join_all(registry.by_prefix.values().map(|upstream| async move {
+            let wait = upstream.spec.limits.connect_timeout.min(LIST_WAIT);
+            match tokio::time::timeout(wait, self.listed(upstream)).await {
+                Ok(Ok(tools)) => tools,
+                Ok(Err(error)) => {
+                    tracing::info!(upstream = %upstream.row.id, %error, "upstream tools not listed");
+                    Vec::new()
+                }
+                Err(_) => {
+                    tracing::info!(upstream = %upstream.row.id, "upstream tools not listed in time");
+                    Vec::new()
+                }
+            }
+        }))
+        .await;
+        listings
+            .into_iter()
+            .flatten()
+            .filter(|listed| {
+                crate::tools::authorize_proxied(&listed.tool.name, listed.read_only, principal)
+                    .is_ok()
+            })
+            .map(|listed| listed.tool)
+            .collect()
+    }
+
+    /// Runs a proxied call; `None` when `name` is no tool of the tenant's
+    /// upstreams (the caller answers "unknown tool", the same answer as for
+    /// any other unknown name).
+    pub(crate) async fn call(
+        &self,
+        surfacer: &Surfacer,
+        principal: &Principal,
+        name: &str,
+        mut arguments: JsonObject,
+    ) -> Option<Result<CallToolResult, Error>> {
+        let (prefix, tool_name) = split_exposed(name)?;
+        let registry = self.registry(principal.tenant_id).await;
+        let upstream = registry.by_prefix.get(prefix)?.clone();
+        if upstream.hidden(tool_name) {
+            return None;
+        }
+        let listed = match self.listed(&upstream).await {
+            Ok(listed) => listed,
+            Err(error) => return Some(Ok(failure(&error, "none"))),
+        };
+        let listed = listed.into_iter().find(|l| l.tool.name == name)?;
+        if let Err(error) = crate::tools::authorize_proxied(name, listed.read_only, principal) {
+            return Some(Err(error));
+        }
+        let started = Instant::now();
+        let context_query = take_context_query(&mut arguments);
+        let compression = upstream.compression(tool_name, &self.config).to_owned();
+        let annotations = ToolAnnotations {
+            read_only: listed
+                .tool
+                .annotations
+                .as_ref()
+                .and_then(|a| a.read_only_hint),
+            destructive: listed
+                .tool
+                .annotations
+                .as_ref()
+                .and_then(|a| a.destructive_hint),
+        };
+        let (mut result, outcome) = match self
+            .fetch(
+                &upstream,
+                tool_name,
+                &arguments,
+                listed.read_only,
+                &compression,
+            )
+            .await
+        {
+            Ok(fetched) => fetched,
+            Err(result) => return Some(Ok(result)),
+        };
+        let mut progressive = false;
+        if result.is_error != Some(true) {
+            progressive = self
+                .shape(principal, &upstream, tool_name, &compression, &mut result)
+                .await;
+        }
+        METRICS
+            .proxy_calls
+            .with_label_values(&[outcome, compression.as_str()])
+            .inc();
+        METRICS
+            .proxy_seconds
+            .with_label_values(&[outcome])
+            .observe(started.elapsed().as_secs_f64());
+        if result.is_error != Some(true) {
+            let call = ToolCall {
+                server: upstream.row.settings.prefix.clone(),
+                tool: tool_name.to_owned(),
+                arguments,
+                context_query,
+                annotations,
+                agent_id: Some(principal.agent_id.clone()),
+                session_id: principal.session_id.clone(),
+                model: None,
+                context_window: None,
+                trace_id: None,
+                upstream_enabled: upstream.row.settings.surfacing_enabled
+                    && !upstream.exclude.matches(prefix, tool_name),
+                source: Source::Proxy,
+            };
+            inject(surfacer, principal, call, &mut result, progressive).await;
+        }
+        Some(Ok(result))
+    }
+
+    /// The upstream result, from the cache when allowed; `Err` is the
+    /// tool error to answer with.
+    async fn fetch(
+        &self,
+        upstream: &Active,
+        tool: &str,
+        arguments: &JsonObject,
+        read_only: bool,
+        compression: &str,
+    ) -> Result<(CallToolResult, &'static str), CallToolResult> {
+        let ttl = upstream.cache_ttl(tool, &self.config);
+        let tenant = upstream.spec.tenant_id.to_string();
+        let digest = (read_only && !ttl.is_zero()).then(|| {
+            let canonical = serde_json::to_string(arguments).unwrap_or_default();
+            hex::encode(Sha256::digest(
+                format!(
+                    "{}\0{}\0{tool}\0{canonical}",
+                    upstream.row.id, upstream.row.version
+                )
+                .as_bytes(),
+            ))
+        });
+        if let Some(digest) = &digest
+            && let Some(cached) = self.cache.cached_result(&tenant, digest).await
+            && let Ok(cached) = serde_json::from_str::<CachedResult>(&cached)
+        {
+            let mut result = CallToolResult::success(cached.content);
+            result.structured_content = cached.structured_content;
+            return Ok((result, "cached"));
+        }
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = Some(arguments.clone());
+        let result = self
+            .pool
+            .call(&upstream.spec, params, read_only)
+            .await
+            .map_err(|error| failure(&error, compression))?;
+        let envelope_bytes = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
+        let text_chars: usize = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text())
+            .map(|t| t.text.chars().count())
+            .sum();
+        METRICS
+            .proxy_chars
+            .with_label_values(&["in"])
+            .inc_by(text_chars as u64);
+        if envelope_bytes > self.config.max_upstream_bytes
+            || text_chars > self.config.max_upstream_chars
+        {
+            METRICS
+                .proxy_calls
+                .with_label_values(&["too_large", compression])
+                .inc();
+            return Err(tool_error(&format!(
+                "the upstream's result is larger than this mneme accepts ({} characters, {} bytes \
+                 at most); ask for less",
+                self.config.max_upstream_chars, self.config.max_upstream_bytes
+            )));
+        }
+        let outcome = if result.is_error == Some(true) {
+            "tool_error"
+        } else {
+            "ok"
+        };
+        if let Some(digest) = &digest
+            && result.is_error != Some(true)
+            && text_chars <= self.config.cache_max_chars
+            && result.content.iter().all(|c| c.as_text().is_some())
+        {
+            let cached = CachedResult {
+                content: result.content.clone(),
+                structured_content: result.structured_content.clone(),
+            };
+            if let Ok(value) = serde_json::to_string(&cached) {
+                self.cache.cache_result(&tenant, digest, &value, ttl).await;
+            }
+        }
+        Ok((result, outcome))
+    }
+
+    /// Cleans and compresses the text of a result in place; true when it
+    /// became the first chunk of a progressive delivery.
+    async fn shape(
+        &self,
+        principal: &Principal,
+        upstream: &Active,
+        tool: &str,
+        compression: &str,
+        result: &mut CallToolResult,
+    ) -> bool {
+        let budget = upstream.max_result_chars(tool, &self.config);
+        let text_blocks = result
+            .content
+            .iter()
+            .filter(|c| c.as_text().is_some())
+            .count();
+        let mut progressive = false;
+        for block in &mut result.content {
+            let Some(text) = block.as_text() else {
+                continue;
+            };
+            // Progressive delivery is lossless: the chunks rebuild the
+            // upstream's text exactly, so it is not cleaned first.
+            let shaped = match compression {
+                "progressive" if text_blocks == 1 && text.text.chars().count() > budget => {
+                    match self.store_progressive(principal, &text.text).await {
+                        Some(first) => {
+                            progressive = true;
+                            first
+                        }
+                        None => shape::truncate(&shape::clean(&text.text), budget).text,
+                    }
+                }
+                "truncate" | "progressive" => {
+                    shape::truncate(&shape::clean(&text.text), budget).text
+                }
+                _ => shape::clean(&text.text),
+            };
+            METRICS
+                .proxy_chars
+                .with_label_values(&["out"])
+                .inc_by(shaped.chars().count() as u64);
+            *block = ContentBlock::text(shaped);
+        }
+        progressive
+    }
+
+    /// Stores a long text for `stm_proxy_read_more` and returns its first
+    /// chunk; `None` when it could not be stored.
+    async fn store_progressive(&self, principal: &Principal, text: &str) -> Option<String> {
+        let mut bytes = [0u8; 12];
+        rand::rng().fill_bytes(&mut bytes);
+        let key = hex::encode(bytes);
+        let stored = self
+            .cache
+            .store_progressive(
+                &principal.tenant_id.to_string(),
+                &principal.key_id.to_string(),
+                &key,
+                text,
+                self.config.progressive_ttl,
+            )
+            .await;
+        if !stored {
+            return None;
+        }
+        shape::chunk(
+            text,
+            &key,
+            0,
+            self.config.chunk_chars,
+            self.config.progressive_ttl.as_secs(),
+        )
+        .map(|chunk| chunk.text)
+    }
+
+    /// `stm_proxy_read_more`: a further chunk of a result this key received.
+    pub(crate) async fn read_more(
+        &self,
+        principal: &Principal,
+        args: ReadMoreArgs,
+    ) -> Result<ReadMoreResult, Error> {
+        if args.limit == Some(0) {
+            return Err(Error::invalid_argument("`limit` must be at least 1"));
+        }
+        let not_found = || {
+            Error::new(
+                ErrorCode::NotFound,
+                format!(
+                    "progressive delivery key `{}` is unknown or expired; call the tool again",
+                    args.key
+                ),
+            )
+        };
+        if args.key.len() > 64 || !args.key.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(not_found());
+        }
+        let content = self
+            .cache
+            .progressive(
+                &principal.tenant_id.to_string(),
+                &principal.key_id.to_string(),
+                &args.key,
+                self.config.progressive_ttl,
+            )
+            .await
+            .ok_or_else(not_found)?;
+        let limit = args
+            .limit
+            .map_or(self.config.chunk_chars, |l| {
+                usize::try_from(l).unwrap_or(usize::MAX)
+            })
+            .min(self.config.max_result_chars.max(self.config.chunk_chars));
+        let offset = usize::try_from(args.offset).unwrap_or(usize::MAX);
+        let chunk = shape::chunk(
+            &content,
+            &args.key,
+            offset,
+            limit,
+            self.config.progressive_ttl.as_secs(),
+        )
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "offset {offset} is past the end ({} characters); there is no more content",
+                content.chars().count()
+            ))
+        })?;
+        Ok(ReadMoreResult {
+            text: chunk.text,
+            start: chunk.start as u64,
+            end: chunk.end as u64,
+            total_chars: chunk.total_chars as u64,
+            next_offset: chunk.next_offset.map(|n| n as u64),
+        })
+    }
+}
+
+/// Adds surfaced memories to a proxied result.
+async fn inject(
+    surfacer: &Surfacer,
+    principal: &Principal,
+    call: ToolCall,
+    result: &mut CallToolResult,
+    progressive: bool,
+) {
+    let Outcome::Surfaced(surfacing) = surfacer.surface(principal, call).await else {
+        return;
+    };
+    let last_text = result.content.iter().rposition(|c| c.as_text().is_some());
+    match (surfacing.mode, last_text) {
+        // A prepended block would shift the offsets of a chunked result;
+        // it goes after the footer instead, where splitting drops it.
+        (InjectionMode::Prepend, Some(index)) if progressive => {
+            append_block(result, index, &surfacing.block, InjectionMode::Append);
+        }
+        (InjectionMode::Section, _) | (_, None) => {
+            result.content.push(ContentBlock::text(surfacing.block));
+        }
+        (mode, Some(index)) => append_block(result, index, &surfacing.block, mode),
+    }
+}
+
+fn append_block(result: &mut CallToolResult, index: usize, block: &str, mode: InjectionMode) {
+    if let Some(text) = result.content[index].as_text() {
+        let injected = inject_text(&text.text, block, mode);
+        result.content[index] = ContentBlock::text(injected);
+    }
+}
+
+fn tool_error(message: &str) -> CallToolResult {
+    let body = serde_json::json!({"error": {"code": "unavailable", "message": message}});
+    CallToolResult::error(vec![ContentBlock::text(body.to_string())])
+}
+
+/// A failed upstream call as the tool result the agent reads.
+fn failure(error: &CallError, compression: &str) -> CallToolResult {
+    let outcome = match error {
+        CallError::BreakerOpen { .. } => "breaker_open",
+        CallError::Timeout(_) => "timeout",
+        CallError::Unavailable(_) => "unavailable",
+        CallError::Blocked(_) => "blocked",
+        CallError::Refused(_) => "refused",
+    };
+    METRICS
+        .proxy_calls
+        .with_label_values(&[outcome, compression])
+        .inc();
+    tool_error(&error.to_string())
+}

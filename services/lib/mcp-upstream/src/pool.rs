@@ -1,0 +1,622 @@
+//! rmcp clients of a tenant's upstream MCP servers, one per (tenant,
+//! upstream) and gateway pod, with everything that keeps a slow or dead
+//! upstream from hurting the caller or anyone else:
+//!
+//! - connections are opened lazily, single-flight, through the SSRF guard
+//!   (a client pinned to checked addresses, no redirects), within the
+//!   connect timeout, and replaced when the upstream's stored version
+//!   changes or the connection closed;
+//! - a call has a per-attempt timeout and an overall deadline; transport
+//!   failures are retried with exponential backoff, but a tool that is not
+//!   read-only is never retried once its request may have reached the
+//!   upstream (after a timeout or a dropped connection), since it may
+//!   already have run;
+//! - a single-probe circuit breaker per upstream ([`Breaker`]) fails calls
+//!   fast after repeated failures; any completed round trip (including a
+//!   tool error or a JSON-RPC error) counts as healthy;
+//! - a semaphore bounds the calls in flight per upstream;
+//! - the upstream's `tools/list` is cached for a TTL and dropped early when
+//!   the upstream announces `notifications/tools/list_changed`.
+//!
+//! Headers are handed to the transport and never logged; errors carry
+//! messages that are safe to show the tenant.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{HeaderName, HeaderValue};
+use mneme_core::breaker::{Admit, Breaker, BreakerState};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
+};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+use crate::sealed::Headers;
+use crate::ssrf::{SsrfError, UrlPolicy};
+
+/// Longest delay between two retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How mneme talks to an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// MCP Streamable HTTP (2025-03-26 and later).
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport (2024-11-05).
+    Sse,
+}
+
+impl TransportKind {
+    /// From the stored name (`streamable_http`, `sse`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "streamable_http" => Some(Self::StreamableHttp),
+            "sse" => Some(Self::Sse),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StreamableHttp => "streamable_http",
+            Self::Sse => "sse",
+        }
+    }
+}
+
+/// The numbers that bound work against one upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub connect_timeout: Duration,
+    pub call_timeout: Duration,
+    pub overall_timeout: Duration,
+    pub max_retries: u32,
+    pub retry_backoff: Duration,
+    /// Zero: no breaker.
+    pub breaker_failures: u32,
+    pub breaker_reset: Duration,
+    pub max_concurrency: usize,
+    pub tools_ttl: Duration,
+    /// Largest response message accepted from the upstream.
+    pub max_response_bytes: usize,
+}
+
+/// One upstream as the pool needs it (headers in clear, in memory only).
+#[derive(Clone)]
+pub struct UpstreamSpec {
+    pub tenant_id: Uuid,
+    pub id: Uuid,
+    /// The stored version; a different one replaces the connection.
+    pub version: i64,
+    pub transport: TransportKind,
+    pub url: String,
+    pub headers: Headers,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for UpstreamSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamSpec")
+            .field("tenant_id", &self.tenant_id)
+            .field("id", &self.id)
+            .field("version", &self.version)
+            .field("transport", &self.transport)
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a call did not produce an upstream result. Messages are safe to show
+/// the tenant: they never contain headers or what a blocked address said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("the upstream is failing; mneme stopped calling it for {retry_after_secs} s")]
+    BreakerOpen { retry_after_secs: u64 },
+    #[error("the upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the upstream is unreachable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Blocked(#[from] SsrfError),
+    /// The upstream answered with a JSON-RPC error.
+    #[error("the upstream refused the call: {0}")]
+    Refused(String),
+}
+
+/// What a pod knows about one upstream's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    pub connected: bool,
+    pub breaker: BreakerState,
+}
+
+/// Reserved or hop-by-hop header names a tenant may not set: they would
+/// break the transport or smuggle requests.
+const FORBIDDEN_HEADERS: &[&str] = &[
+    "accept",
+    "connection",
+    "content-length",
+    "content-type",
+    "host",
+    "last-event-id",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Checks headers a tenant wants sent to its upstream.
+pub fn check_headers(headers: &Headers) -> Result<(), String> {
+    if headers.len() > 20 {
+        return Err("at most 20 headers".into());
+    }
+    for (name, value) in headers {
+        let parsed = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("`{name}` is not a valid header name"))?;
+        if FORBIDDEN_HEADERS.contains(&parsed.as_str()) {
+            return Err(format!(
+                "the header `{name}` is set by mneme and cannot be set"
+            ));
+        }
+        if value.len() > 8192 || HeaderValue::from_str(value).is_err() {
+            return Err(format!(
+                "the value of `{name}` must be visible ASCII of at most 8192 bytes"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The client side of one connection: notes `tools/list_changed`.
+struct Listener {
+    tools_stale: Arc<AtomicBool>,
+}
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_stale.store(true, Ordering::Release);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("mneme-proxy", env!("CARGO_PKG_VERSION"))
+                .with_title("mneme MCP proxy"),
+        )
+    }
+}
+
+type Connection = RunningService<RoleClient, Listener>;
+
+/// One upstream's state on this pod.
+struct Entry {
+    version: i64,
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    breaker: Mutex<Breaker>,
+    permits: Semaphore,
+    tools: Mutex<Option<(Instant, Arc<Vec<Tool>>)>>,
+    tools_stale: Arc<AtomicBool>,
+    last_used: Mutex<Instant>,
+}
+
+impl Entry {
+    fn new(spec: &UpstreamSpec) -> Self {
+        let limits = spec.limits;
+        Self {
+            version: spec.version,
+            connection: tokio::sync::Mutex::new(None),
+            breaker: Mutex::new(Breaker::new(
+                limits.breaker_failures,
+                u64::try_from(limits.breaker_reset.as_millis()).unwrap_or(u64::MAX),
+            )),
+            permits: Semaphore::new(limits.max_concurrency.max(1)),
+            tools: Mutex::new(None),
+            tools_stale: Arc::new(AtomicBool::new(false)),
+            last_used: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+/// Outcome of one attempt.
+enum Attempt {
+    Done(Result<CallToolResult, CallError>),
+    /// Nothing reached the upstream: safe to retry any tool.
+    NotSent(String),
+    /// The request may have reached the upstream.
+    MaybeSent(CallError),
+}
+
+/// See the module documentation.
+pub struct Pool {
+    entries: Mutex<HashMap<(Uuid, Uuid), Arc<Entry>>>,
+    policy: UrlPolicy,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub fn new(policy: UrlPolicy) -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            policy,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn entry(&self, spec: &UpstreamSpec) -> Arc<Entry> {
+        let mut entries = self.entries.lock().expect("pool lock");
+        let entry = entries
+            .entry((spec.tenant_id, spec.id))
+            .or_insert_with(|| Arc::new(Entry::new(spec)));
+        if entry.version != spec.version {
+            // Changed settings or headers: a fresh connection and breaker.
+            *entry = Arc::new(Entry::new(spec));
+        }
+        *entry.last_used.lock().expect("entry lock") = Instant::now();
+        entry.clone()
+    }
+
+    /// Drops every connection of a tenant whose upstreams are not in
+    /// `keep` (removed upstreams).
+    pub fn retain_tenant(&self, tenant_id: Uuid, keep: &[Uuid]) {
+        self.entries
+            .lock()
+            .expect("pool lock")
+            .retain(|(tenant, id), _| *tenant != tenant_id || keep.contains(id));
+    }
+
+    /// Closes connections unused for `idle`; returns how many.
+    pub fn close_idle(&self, idle: Duration) -> usize {
+        let mut entries = self.entries.lock().expect("pool lock");
+        let before = entries.len();
+        entries.retain(|_, entry| entry.last_used.lock().expect("entry lock").elapsed() < idle);
+        before - entries.len()
+    }
+
+    /// Connected upstreams on this pod.
+    pub fn connected(&self) -> usize {
+        self.entries
+            .lock()
+            .expect("pool lock")
+            .values()
+            .filter(|entry| {
+                entry
+                    .connection
+                    .try_lock()
+                    .is_ok_and(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
+            })
+            .count()
+    }
+
+    /// What this pod knows of an upstream's health.
+    pub fn health(&self, tenant_id: Uuid, id: Uuid) -> Option<Health> {
+        let entry = self
+            .entries
+            .lock()
+            .expect("pool lock")
+            .get(&(tenant_id, id))
+            .cloned()?;
+        let connected = entry
+            .connection
+            .try_lock()
+            .map(|c| c.as_ref().is_some_and(|c| !c.is_closed()))
+            .unwrap_or(true);
+        let breaker = entry
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .state(self.now_ms());
+        Some(Health { connected, breaker })
+    }
+
+    /// The upstream's tools, from the cache while fresh.
+    pub async fn tools(&self, spec: &UpstreamSpec) -> Result<Arc<Vec<Tool>>, CallError> {
+        let entry = self.entry(spec);
+        if !entry.tools_stale.swap(false, Ordering::AcqRel)
+            && let Some((at, tools)) = entry.tools.lock().expect("tools lock").as_ref()
+            && at.elapsed() < spec.limits.tools_ttl
+        {
+            return Ok(tools.clone());
+        }
+        let admitted = self.admit(&entry, spec)?;
+        let deadline = Instant::now() + spec.limits.overall_timeout;
+        let result = async {
+            let connection = self.connection(&entry, spec, deadline).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let wait = remaining.min(spec.limits.call_timeout);
+            match tokio::time::timeout(wait, connection.peer().list_all_tools()).await {
+                Err(_) => Err(CallError::Timeout(wait)),
+                Ok(Err(ServiceError::McpError(error))) => {
+                    Err(CallError::Refused(error.message.to_string()))
+                }
+                Ok(Err(error)) => {
+                    *entry.connection.lock().await = None;
+                    Err(CallError::Unavailable(transport_message(&error)))
+                }
+                Ok(Ok(tools)) => Ok(Arc::new(tools)),
+            }
+        }
+        .await;
+        self.report(&entry, admitted, &result);
+        let tools = result?;
+        *entry.tools.lock().expect("tools lock") = Some((Instant::now(), tools.clone()));
+        Ok(tools)
+    }
+
+    /// Calls a tool of the upstream. `read_only` (from the tool's
+    /// annotations) decides whether a call that may have reached the
+    /// upstream may be repeated.
+    pub async fn call(
+        &self,
+        spec: &UpstreamSpec,
+        params: CallToolRequestParams,
+        read_only: bool,
+    ) -> Result<CallToolResult, CallError> {
+        let entry = self.entry(spec);
+        let admitted = self.admit(&entry, spec)?;
+        let limits = spec.limits;
+        let deadline = Instant::now() + limits.overall_timeout;
+        let result = async {
+            let _permit = tokio::time::timeout_at(deadline.into(), entry.permits.acquire())
+                .await
+                .map_err(|_| CallError::Timeout(limits.overall_timeout))?
+                .map_err(|_| CallError::Unavailable("the pool is closing".into()))?;
+            let mut backoff = limits.retry_backoff;
+            let mut attempt = 0;
+            loop {
+                let last_error = match self.attempt(&entry, spec, &params, deadline).await {
+                    Attempt::Done(result) => return result,
+                    Attempt::MaybeSent(error) if !read_only => return Err(error),
+                    Attempt::MaybeSent(error) => error,
+                    Attempt::NotSent(message) => CallError::Unavailable(message),
+                };
+                attempt += 1;
+                let retry_at = Instant::now() + backoff;
+                if attempt > limits.max_retries || retry_at >= deadline {
+                    return Err(last_error);
+                }
+                tracing::debug!(attempt, upstream = %spec.id, "retrying an upstream call");
+                tokio::time::sleep_until(retry_at.into()).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        .await;
+        self.report(&entry, admitted, &result);
+        result
+    }
+
+    async fn attempt(
+        &self,
+        entry: &Entry,
+        spec: &UpstreamSpec,
+        params: &CallToolRequestParams,
+        deadline: Instant,
+    ) -> Attempt {
+        let connection = match self.connection(entry, spec, deadline).await {
+            Ok(connection) => connection,
+            Err(error @ (CallError::Blocked(_) | CallError::Refused(_))) => {
+                return Attempt::Done(Err(error));
+            }
+            Err(error) => return Attempt::NotSent(error.to_string()),
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let wait = remaining.min(spec.limits.call_timeout);
+        match tokio::time::timeout(wait, connection.peer().call_tool(params.clone())).await {
+            Err(_) => Attempt::MaybeSent(CallError::Timeout(wait)),
+            Ok(Ok(result)) => Attempt::Done(Ok(result)),
+            Ok(Err(ServiceError::McpError(error))) => {
+                Attempt::Done(Err(CallError::Refused(error.message.to_string())))
+            }
+            Ok(Err(error @ ServiceError::TransportSend(_))) => {
+                *entry.connection.lock().await = None;
+                Attempt::NotSent(transport_message(&error))
+            }
+            Ok(Err(error)) => {
+                *entry.connection.lock().await = None;
+                Attempt::MaybeSent(CallError::Unavailable(transport_message(&error)))
+            }
+        }
+    }
+
+    fn admit(&self, entry: &Entry, spec: &UpstreamSpec) -> Result<Admit, CallError> {
+        if spec.limits.breaker_failures == 0 {
+            return Ok(Admit::Yes);
+        }
+        match entry
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .admit(self.now_ms())
+        {
+            Admit::No => Err(CallError::BreakerOpen {
+                retry_after_secs: spec.limits.breaker_reset.as_secs().max(1),
+            }),
+            admitted => Ok(admitted),
+        }
+    }
+
+    /// Tells the breaker how an admitted call went: only faults of the
+    /// transport count against the upstream.
+    fn report<T>(&self, entry: &Entry, admitted: Admit, result: &Result<T, CallError>) {
+        let healthy = !matches!(
+            result,
+            Err(CallError::Timeout(_) | CallError::Unavailable(_))
+        );
+        if admitted != Admit::No {
+            entry
+                .breaker
+                .lock()
+                .expect("breaker lock")
+                .record(healthy, self.now_ms());
+        }
+    }
+
+    /// The live connection, opened if needed (one opener at a time).
+    async fn connection(
+        &self,
+        entry: &Entry,
+        spec: &UpstreamSpec,
+        deadline: Instant,
+    ) -> Result<Arc<Connection>, CallError> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let mut slot = tokio::time::timeout(wait, entry.connection.lock())
+            .await
+            .map_err(|_| CallError::Timeout(wait))?;
+        if let Some(connection) = slot.as_ref()
+            && !connection.is_closed()
+        {
+            return Ok(connection.clone());
+        }
+        let budget = spec
+            .limits
+            .connect_timeout
+            .min(deadline.saturating_duration_since(Instant::now()));
+        let connection = tokio::time::timeout(budget, self.connect(entry, spec))
+            .await
+            .map_err(|_| CallError::Timeout(budget))??;
+        let connection = Arc::new(connection);
+        *slot = Some(connection.clone());
+        entry.tools_stale.store(true, Ordering::Release);
+        Ok(connection)
+    }
+
+    async fn connect(&self, entry: &Entry, spec: &UpstreamSpec) -> Result<Connection, CallError> {
+        let url = self.policy.check_syntax(&spec.url)?;
+        let http = self
+            .policy
+            .pinned_client(&url, spec.limits.connect_timeout)
+            .await?;
+        let listener = Listener {
+            tools_stale: entry.tools_stale.clone(),
+        };
+        let unreachable = |error: String| CallError::Unavailable(error);
+        match spec.transport {
+            TransportKind::StreamableHttp => {
+                let mut headers = HashMap::new();
+                for (name, value) in &spec.headers {
+                    let (Ok(name), Ok(value)) = (
+                        HeaderName::from_bytes(name.as_bytes()),
+                        HeaderValue::from_str(value),
+                    ) else {
+                        continue;
+                    };
+                    headers.insert(name, value);
+                }
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(headers)
+                    .max_json_response_size(spec.limits.max_response_bytes)
+                    .max_sse_event_size(spec.limits.max_response_bytes);
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                listener
+                    .serve(transport)
+                    .await
+                    .map_err(|error| unreachable(initialize_message(&error)))
+            }
+            TransportKind::Sse => {
+                let mut headers = http::HeaderMap::new();
+                for (name, value) in &spec.headers {
+                    if let (Ok(name), Ok(value)) = (
+                        HeaderName::from_bytes(name.as_bytes()),
+                        HeaderValue::from_str(value),
+                    ) {
+                        headers.insert(name, value);
+                    }
+                }
+                let transport = crate::sse::connect(
+                    http,
+                    crate::sse::SseClientConfig {
+                        url,
+                        headers,
+                        connect_timeout: spec.limits.connect_timeout,
+                        post_timeout: spec.limits.call_timeout,
+                        max_message_bytes: spec.limits.max_response_bytes,
+                    },
+                )
+                .await
+                .map_err(|error| unreachable(error.to_string()))?;
+                listener
+                    .serve(transport)
+                    .await
+                    .map_err(|error| unreachable(initialize_message(&error)))
+            }
+        }
+    }
+}
+
+/// A transport failure, described without anything the upstream sent.
+fn transport_message(error: &ServiceError) -> String {
+    match error {
+        ServiceError::TransportClosed => "the connection closed".into(),
+        ServiceError::TransportSend(_) => "the request could not be sent".into(),
+        ServiceError::Timeout { .. } => "the request timed out".into(),
+        ServiceError::Cancelled { .. } => "the request was cancelled".into(),
+        _ => "the upstream answered with something mneme could not read".into(),
+    }
+}
+
+/// Why `initialize` failed, in a sentence (status codes are useful to the
+/// tenant; bodies and headers are not shown).
+fn initialize_message(error: &rmcp::service::ClientInitializeError) -> String {
+    let text = error.to_string();
+    if let Some(challenge) = error.auth_challenge() {
+        let _ = challenge;
+        return "the upstream refused mneme's credentials (check the upstream's headers)".into();
+    }
+    // rmcp's messages name the failing step; keep the first line only.
+    let first = text.lines().next().unwrap_or("initialize failed");
+    format!(
+        "initialize failed: {}",
+        first.chars().take(200).collect::<String>()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_checked() {
+        let ok = Headers::from([("Authorization".to_owned(), "Bearer abc".to_owned())]);
+        assert!(check_headers(&ok).is_ok());
+        for (name, value) in [
+            ("Host", "evil"),
+            ("mcp-session-id", "x"),
+            ("Transfer-Encoding", "chunked"),
+            ("bad name", "x"),
+            ("X-Ok", "line\nbreak"),
+        ] {
+            let headers = Headers::from([(name.to_owned(), value.to_owned())]);
+            assert!(check_headers(&headers).is_err(), "{name}");
+        }
+    }
+
+    #[test]
+    fn transports_round_trip_their_names() {
+        for kind in [TransportKind::StreamableHttp, TransportKind::Sse] {
+            assert_eq!(TransportKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(TransportKind::parse("stdio"), None);
+    }
+}
