@@ -34,6 +34,14 @@ const JWT_MEMORY: &str = "The JWT handler in src/auth/jwt_handler.rs validates a
                           with RS256 and rejects expired tokens after a 30 second leeway.";
 const HEADER_SECRET: &str = "sekret-upstream-credential-4711";
 
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The reference server, as a child process killed on drop.
 struct Everything {
     child: Child,
@@ -41,7 +49,14 @@ struct Everything {
 }
 
 impl Everything {
+    /// Over Streamable HTTP (`/mcp`).
     async fn start() -> Self {
+        Self::start_with("streamableHttp", "mcp").await
+    }
+
+    /// `transport` is the server's mode (`streamableHttp`, `sse`), `path`
+    /// the endpoint it serves.
+    async fn start_with(transport: &str, path: &str) -> Self {
         let modules = std::env::var("MNEME_TEST_MCP_SERVERS").expect(
             "MNEME_TEST_MCP_SERVERS must point at the node_modules holding \
              @modelcontextprotocol/server-everything (deploy/local/setup.sh installs it)",
@@ -55,7 +70,7 @@ impl Everything {
             .port();
         let child = Command::new("node")
             .arg(&script)
-            .arg("streamableHttp")
+            .arg(transport)
             .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -76,7 +91,7 @@ impl Everything {
         }
         Self {
             child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            url: format!("http://127.0.0.1:{port}/{path}"),
         }
     }
 
@@ -86,7 +101,9 @@ impl Everything {
 }
 
 /// The test's own upstream: `show_args` answers with the arguments it
-/// received; `big` with `chars` characters of varied text.
+/// received; `big` with `chars` characters of varied text; `show_secret`
+/// with the SHA-256 of the `X-Upstream-Secret` header of its request (a
+/// digest, so the value itself never travels back through logs).
 #[derive(Clone)]
 struct Own;
 
@@ -135,17 +152,27 @@ impl ServerHandler for Own {
         Ok(ListToolsResult::with_all_items(vec![
             own_tool("show_args", "Shows the arguments it received."),
             own_tool("big", "Returns a long text."),
+            own_tool(
+                "show_secret",
+                "Shows the X-Upstream-Secret header it received.",
+            ),
         ]))
     }
 
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
+        let header = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get("x-upstream-secret"))
+            .map_or_else(|| "(none)".to_owned(), |v| digest(v.as_bytes()));
         let text = match request.name.as_ref() {
             "show_args" => Value::Object(arguments).to_string(),
+            "show_secret" => header,
             "big" => big_text(
                 arguments
                     .get("chars")
@@ -545,4 +572,145 @@ async fn a_killed_upstream_opens_the_breaker_within_the_timeout_and_mneme_keeps_
     // mneme's own tools are unaffected.
     let recalled = mcp.ok("recall", json!({"text": "anything"})).await;
     assert!(recalled["fragments"].is_array());
+}
+
+#[tokio::test]
+async fn a_legacy_sse_upstream_is_reached_through_the_hand_written_transport() {
+    let world = World::start().await;
+    let everything = Everything::start_with("sse", "sse").await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "legacy", "transport": "sse", "url": everything.url}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    assert!(
+        tool_names(&mcp)
+            .await
+            .iter()
+            .any(|t| t.name == "legacy__echo")
+    );
+    let echoed = call(&mcp, "legacy__echo", json!({"message": "over sse"})).await;
+    assert_eq!(texts(&echoed), "Echo: over sse");
+}
+
+/// A `tracing` writer into memory, to read what the stack logged.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn upstream_headers_reach_the_upstream_and_appear_nowhere_else() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("debug")
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    let registered = world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "own", "url": url, "headers": {"X-Upstream-Secret": HEADER_SECRET}}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let shown = call(&mcp, "own__show_secret", json!({})).await;
+    assert_eq!(
+        texts(&shown),
+        digest(HEADER_SECRET.as_bytes()),
+        "the header reaches the upstream"
+    );
+
+    // Changing a setting keeps the headers; listing and reading show names only.
+    let (status, patched) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::PATCH,
+            "/v1/upstreams/own",
+            Some(json!({"maxRetries": 0})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    let again = call(&mcp, "own__show_secret", json!({})).await;
+    assert_eq!(texts(&again), digest(HEADER_SECRET.as_bytes()));
+    let (_, listed) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::GET,
+            "/v1/upstreams",
+            None,
+        )
+        .await;
+    let (_, shown_one) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::GET,
+            "/v1/upstreams/own",
+            None,
+        )
+        .await;
+
+    // At rest the headers are sealed, not stored in clear.
+    let raw: Vec<u8> = {
+        let store = world.stack.db.store();
+        let mut db = store.client().await.unwrap();
+        let tx = mneme_store::TenantTx::begin(&mut db, world.acme.tenant_id)
+            .await
+            .unwrap();
+        let row = tx
+            .query_one(
+                "SELECT headers_sealed FROM mneme.upstream_servers WHERE tenant_id = $1",
+                &[&world.acme.tenant_id],
+            )
+            .await
+            .unwrap();
+        row.get(0)
+    };
+    assert!(
+        !raw.windows(HEADER_SECRET.len())
+            .any(|w| w == HEADER_SECRET.as_bytes())
+    );
+
+    let metrics = mneme_telemetry::metrics::render();
+    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(logged.contains("upstream registered"), "logs were captured");
+    for (place, text) in [
+        ("the registration answer", registered.to_string()),
+        ("the PATCH answer", patched.to_string()),
+        ("the listing", listed.to_string()),
+        ("the upstream's page", shown_one.to_string()),
+        ("the metrics", metrics),
+        ("the logs", logged),
+    ] {
+        let leaks: Vec<&str> = text
+            .lines()
+            .filter(|line| line.contains(HEADER_SECRET))
+            .take(3)
+            .collect();
+        assert!(
+            leaks.is_empty(),
+            "the header value is in {place}: {leaks:#?}"
+        );
+    }
 }

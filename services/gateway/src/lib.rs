@@ -134,8 +134,13 @@ impl App {
                 store.clone(),
             )?),
             proxy: Arc::new(
-                proxy::Proxy::new(config.proxy.clone(), store.clone(), cache.clone())
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+                proxy::Proxy::new(
+                    config.proxy.clone(),
+                    gateway.request_timeout,
+                    store.clone(),
+                    cache.clone(),
+                )
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
             ),
             store,
             cache,

@@ -46,6 +46,7 @@ use rand::RngCore;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::metrics::METRICS;
@@ -121,6 +122,8 @@ pub(crate) struct Proxy {
     pool: Pool,
     header_key: Option<HeaderKey>,
     policy: UrlPolicy,
+    /// Longest a proxied call may take (just below the request timeout).
+    call_cap: Duration,
     registries: moka::future::Cache<Uuid, Arc<Registry>>,
 }
 
@@ -171,8 +174,11 @@ struct CachedResult {
 }
 
 impl Proxy {
+    /// `request_timeout` caps every upstream's overall timeout: the client
+    /// should read a tool error, not a 504 from the gateway.
     pub(crate) fn new(
         config: ProxyConfig,
+        request_timeout: Duration,
         store: Store,
         cache: Cache,
     ) -> Result<Self, mneme_mcp_upstream::sealed::SealError> {
@@ -192,6 +198,7 @@ impl Proxy {
                 .time_to_live(REGISTRY_TTL)
                 .build(),
             config,
+            call_cap: request_timeout.saturating_sub(Duration::from_millis(500)),
             store,
             cache,
             header_key,
@@ -279,7 +286,7 @@ impl Proxy {
                 transport,
                 url: row.settings.url.clone(),
                 headers,
-                limits: registration::limits(&row.settings, &self.config),
+                limits: self.capped(registration::limits(&row.settings, &self.config)),
             };
             registry.by_prefix.insert(
                 row.settings.prefix.clone(),
@@ -292,6 +299,16 @@ impl Proxy {
             );
         }
         Ok(Arc::new(registry))
+    }
+
+    fn capped(
+        &self,
+        mut limits: mneme_mcp_upstream::pool::Limits,
+    ) -> mneme_mcp_upstream::pool::Limits {
+        limits.overall_timeout = limits.overall_timeout.min(self.call_cap);
+        limits.call_timeout = limits.call_timeout.min(limits.overall_timeout);
+        limits.connect_timeout = limits.connect_timeout.min(limits.overall_timeout);
+        limits
     }
 
     /// The proxied tools of one upstream, as listed to clients.
@@ -375,7 +392,7 @@ impl Proxy {
         surfacer: &Surfacer,
         principal: &Principal,
         name: &str,
-        mut arguments: JsonObject,
+        arguments: JsonObject,
     ) -> Option<Result<CallToolResult, Error>> {
         let (prefix, tool_name) = split_exposed(name)?;
         let registry = self.registry(principal.tenant_id).await;
@@ -391,24 +408,37 @@ impl Proxy {
         if let Err(error) = crate::tools::authorize_proxied(name, listed.read_only, principal) {
             return Some(Err(error));
         }
+        // Upstreams are named by id in traces: names are the tenant's words.
+        let span = tracing::info_span!("proxy_call", upstream = %upstream.row.id, tool = tool_name);
+        Some(Ok(self
+            .run(
+                surfacer, principal, &upstream, &listed, tool_name, arguments,
+            )
+            .instrument(span)
+            .await))
+    }
+
+    /// The call pipeline once the tool is found and allowed.
+    async fn run(
+        &self,
+        surfacer: &Surfacer,
+        principal: &Principal,
+        upstream: &Active,
+        listed: &Listed,
+        tool_name: &str,
+        mut arguments: JsonObject,
+    ) -> CallToolResult {
         let started = Instant::now();
         let context_query = take_context_query(&mut arguments);
         let compression = upstream.compression(tool_name, &self.config).to_owned();
+        let annotations = listed.tool.annotations.as_ref();
         let annotations = ToolAnnotations {
-            read_only: listed
-                .tool
-                .annotations
-                .as_ref()
-                .and_then(|a| a.read_only_hint),
-            destructive: listed
-                .tool
-                .annotations
-                .as_ref()
-                .and_then(|a| a.destructive_hint),
+            read_only: annotations.and_then(|a| a.read_only_hint),
+            destructive: annotations.and_then(|a| a.destructive_hint),
         };
         let (mut result, outcome) = match self
             .fetch(
-                &upstream,
+                upstream,
                 tool_name,
                 &arguments,
                 listed.read_only,
@@ -417,12 +447,12 @@ impl Proxy {
             .await
         {
             Ok(fetched) => fetched,
-            Err(result) => return Some(Ok(result)),
+            Err(result) => return result,
         };
         let mut progressive = false;
         if result.is_error != Some(true) {
             progressive = self
-                .shape(principal, &upstream, tool_name, &compression, &mut result)
+                .shape(principal, upstream, tool_name, &compression, &mut result)
                 .await;
         }
         METRICS
@@ -434,8 +464,11 @@ impl Proxy {
             .with_label_values(&[outcome])
             .observe(started.elapsed().as_secs_f64());
         if result.is_error != Some(true) {
+            let prefix = upstream.row.settings.prefix.clone();
             let call = ToolCall {
-                server: upstream.row.settings.prefix.clone(),
+                upstream_enabled: upstream.row.settings.surfacing_enabled
+                    && !upstream.exclude.matches(&prefix, tool_name),
+                server: prefix,
                 tool: tool_name.to_owned(),
                 arguments,
                 context_query,
@@ -445,13 +478,16 @@ impl Proxy {
                 model: None,
                 context_window: None,
                 trace_id: None,
-                upstream_enabled: upstream.row.settings.surfacing_enabled
-                    && !upstream.exclude.matches(prefix, tool_name),
                 source: Source::Proxy,
             };
             inject(surfacer, principal, call, &mut result, progressive).await;
         }
-        Some(Ok(result))
+        tracing::debug!(
+            outcome,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "proxied call"
+        );
+        result
     }
 
     /// The upstream result, from the cache when allowed; `Err` is the

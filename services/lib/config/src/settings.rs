@@ -420,10 +420,10 @@ settings! {
             "Most upstream servers one tenant may register.";
         PROXY_CONNECT_TIMEOUT_MS = "MNEME_PROXY_CONNECT_TIMEOUT_MS", Some("10000"),
             "Default bound, in milliseconds, on connecting to an upstream (DNS, TLS, `initialize` and the first `tools/list`).";
-        PROXY_CALL_TIMEOUT_MS = "MNEME_PROXY_CALL_TIMEOUT_MS", Some("60000"),
+        PROXY_CALL_TIMEOUT_MS = "MNEME_PROXY_CALL_TIMEOUT_MS", Some("25000"),
             "Default bound, in milliseconds, on one attempt of a proxied tool call.";
-        PROXY_OVERALL_TIMEOUT_MS = "MNEME_PROXY_OVERALL_TIMEOUT_MS", Some("120000"),
-            "Default bound, in milliseconds, on a proxied call with all its retries.";
+        PROXY_OVERALL_TIMEOUT_MS = "MNEME_PROXY_OVERALL_TIMEOUT_MS", Some("28000"),
+            "Default bound, in milliseconds, on a proxied call with all its retries. Every upstream's bound (its own or this one) is capped just below `MNEME_REQUEST_TIMEOUT_MS`, so a client gets a readable tool error rather than a 504.";
         PROXY_MAX_RETRIES = "MNEME_PROXY_MAX_RETRIES", Some("2"),
             "Default retries of a proxied call after a transport failure (with exponential backoff). A tool that is not read-only is never retried after a timeout, since the first attempt may have run.";
         PROXY_RETRY_BACKOFF_MS = "MNEME_PROXY_RETRY_BACKOFF_MS", Some("200"),
