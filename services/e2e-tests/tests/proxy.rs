@@ -103,9 +103,13 @@ impl Everything {
 /// The test's own upstream: `show_args` answers with the arguments it
 /// received; `big` with `chars` characters of varied text; `show_secret`
 /// with the SHA-256 of the `X-Upstream-Secret` header of its request (a
-/// digest, so the value itself never travels back through logs).
+/// digest, so the value itself never travels back through logs); `count`
+/// with how many times it was called (to tell cached answers).
 #[derive(Clone)]
 struct Own;
+
+/// Calls of the `count` tool (tests compare differences only).
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn own_tool(name: &'static str, description: &'static str) -> Tool {
     let schema = json!({"type": "object", "properties": {"chars": {"type": "integer"}}});
@@ -156,6 +160,7 @@ impl ServerHandler for Own {
                 "show_secret",
                 "Shows the X-Upstream-Secret header it received.",
             ),
+            own_tool("count", "Counts its calls."),
         ]))
     }
 
@@ -173,6 +178,7 @@ impl ServerHandler for Own {
         let text = match request.name.as_ref() {
             "show_args" => Value::Object(arguments).to_string(),
             "show_secret" => header,
+            "count" => (CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1).to_string(),
             "big" => big_text(
                 arguments
                     .get("chars")
@@ -593,6 +599,65 @@ async fn a_legacy_sse_upstream_is_reached_through_the_hand_written_transport() {
     );
     let echoed = call(&mcp, "legacy__echo", json!({"message": "over sse"})).await;
     assert_eq!(texts(&echoed), "Echo: over sse");
+}
+
+#[tokio::test]
+async fn truncation_caching_and_tool_overrides_apply_per_upstream() {
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "own", "url": url, "maxResultChars": 5000,
+                   "toolOverrides": {"count": {"cacheTtlSecs": 60},
+                                     "show_secret": {"hidden": true},
+                                     "show_args": {"description": "Echo of the arguments."}}}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let tools = tool_names(&mcp).await;
+    assert!(
+        !tools.iter().any(|t| t.name == "own__show_secret"),
+        "hidden"
+    );
+    let show_args = tools.iter().find(|t| t.name == "own__show_args").unwrap();
+    assert_eq!(
+        show_args.description.as_deref(),
+        Some("[proxied] Echo of the arguments.")
+    );
+    let hidden = call(&mcp, "own__show_secret", json!({})).await;
+    assert!(texts(&hidden).contains("unknown tool"), "{hidden:?}");
+
+    // Over the budget, text is cut at a boundary with a note.
+    let long = call(&mcp, "own__big", json!({"chars": 50_000})).await;
+    let text = texts(&long);
+    assert!(
+        text.chars().count() <= 5000,
+        "{} characters",
+        text.chars().count()
+    );
+    assert!(text.contains("[truncated"), "{}", &text[text.len() - 200..]);
+
+    // A read-only tool with a cache TTL is called once per distinct call.
+    let count = |chars: u64| {
+        let mcp = &mcp;
+        async move {
+            texts(&call(mcp, "own__count", json!({"chars": chars})).await)
+                .parse::<u64>()
+                .unwrap()
+        }
+    };
+    let first = count(1).await;
+    assert_eq!(
+        count(1).await,
+        first,
+        "the second identical call is served from the cache"
+    );
+    assert_eq!(
+        count(2).await,
+        first + 1,
+        "other arguments reach the upstream"
+    );
 }
 
 /// A `tracing` writer into memory, to read what the stack logged.
