@@ -547,6 +547,21 @@ async fn the_page_refuses_unknown_redirects_foreign_keys_forged_forms_and_denial
         redirected_error(&other_resource).as_deref(),
         Some("invalid_target")
     );
+    let no_resource = get_authorize(
+        &endpoints,
+        &[
+            ("response_type", "code"),
+            ("client_id", &client_id),
+            ("redirect_uri", CALLBACK),
+            ("code_challenge", &challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        redirected_error(&no_resource).as_deref(),
+        Some("invalid_target")
+    );
 }
 
 #[tokio::test]
@@ -763,6 +778,7 @@ async fn a_narrow_scope_asks_for_step_up_and_tokens_for_another_resource_are_ref
                 ("code_challenge", &challenge),
                 ("code_challenge_method", "S256"),
                 ("scope", "memory:read"),
+                ("resource", &endpoints.resource),
             ],
         )
         .await,

@@ -223,6 +223,14 @@ async fn check(
             "PKCE with code_challenge_method=S256 is required",
         ));
     }
+    if params.resource.is_none() && oauth.config.require_resource {
+        return Err(redirect_error(
+            oauth,
+            params,
+            "invalid_target",
+            "resource is required (RFC 8707): send resource=<this server's MCP endpoint>",
+        ));
+    }
     if let Some(resource) = &params.resource
         && !same_resource(resource, &oauth.resource)
     {

@@ -534,6 +534,8 @@ pub struct OAuthConfig {
     pub code_ttl: Duration,
     pub client_idle: Duration,
     pub register_per_ip: u32,
+    /// Authorization requests must name the resource (RFC 8707).
+    pub require_resource: bool,
 }
 
 /// MCP sessions of the legacy protocol revisions.
@@ -905,6 +907,7 @@ impl Config {
                 refresh_token_ttl: r.secs(settings::OAUTH_REFRESH_TOKEN_TTL_SECS),
                 code_ttl: r.secs(settings::OAUTH_CODE_TTL_SECS),
                 client_idle: r.secs(settings::OAUTH_CLIENT_IDLE_DAYS) * 86_400,
+                require_resource: r.flag(settings::OAUTH_REQUIRE_RESOURCE),
                 register_per_ip: r.positive_u32(settings::RATE_LIMIT_REGISTER_IP),
             },
             rate_limits: RateLimitConfig {
