@@ -660,6 +660,40 @@ async fn truncation_caching_and_tool_overrides_apply_per_upstream() {
     );
 }
 
+/// A client that notes `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct ListWatcher(Arc<tokio::sync::Notify>);
+
+impl rmcp::ClientHandler for ListWatcher {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn sessions_are_told_when_their_tenants_upstreams_change() {
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    let watcher = ListWatcher::default();
+    let mcp = world
+        .stack
+        .mcp_with(&world.acme.api_key, watcher.clone())
+        .await;
+    let before = mcp.client.list_all_tools().await.unwrap();
+    assert!(!before.iter().any(|t| t.name.starts_with("own__")));
+    world
+        .register(&world.acme.api_key, json!({"name": "own", "url": url}))
+        .await;
+    tokio::time::timeout(Duration::from_secs(10), watcher.0.notified())
+        .await
+        .expect("tools/list_changed arrives after a registration");
+    let after = mcp.client.list_all_tools().await.unwrap();
+    assert!(after.iter().any(|t| t.name == "own__show_args"));
+}
+
 /// A `tracing` writer into memory, to read what the stack logged.
 #[derive(Clone, Default)]
 struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);

@@ -137,6 +137,7 @@ impl ServerHandler for McpServer {
             .enable_logging()
             .enable_completions()
             .enable_tools()
+            .enable_tool_list_changed()
             .enable_prompts()
             .enable_resources()
             .build();
@@ -155,6 +156,9 @@ impl ServerHandler for McpServer {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
+        if let Ok(principal) = principal(&context) {
+            self.proxy.watch(principal.tenant_id, context.peer.clone());
+        }
         // The session middleware records what was negotiated.
         if let Some(slot) = context
             .extensions

@@ -43,7 +43,9 @@ use mneme_surfacing::extract::take_context_query;
 use mneme_surfacing::gate::{ToolAnnotations, ToolPatterns};
 use mneme_surfacing::render::{InjectionMode, inject_text};
 use rand::RngCore;
+use rmcp::RoleServer;
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::service::Peer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -125,6 +127,9 @@ pub(crate) struct Proxy {
     /// Longest a proxied call may take (just below the request timeout).
     call_cap: Duration,
     registries: moka::future::Cache<Uuid, Arc<Registry>>,
+    /// Sessions held by this pod, by tenant: told when the tenant's
+    /// upstreams (and so their tool lists) change.
+    sessions: std::sync::Mutex<std::collections::HashMap<Uuid, Vec<Peer<RoleServer>>>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -197,6 +202,7 @@ impl Proxy {
                 .max_capacity(100_000)
                 .time_to_live(REGISTRY_TTL)
                 .build(),
+            sessions: std::sync::Mutex::default(),
             config,
             call_cap: request_timeout.saturating_sub(Duration::from_millis(500)),
             store,
@@ -219,9 +225,30 @@ impl Proxy {
     }
 
     /// Forgets what this pod knew of a tenant's upstreams (after an
-    /// announcement or a change made through this pod).
+    /// announcement or a change made through this pod) and tells the
+    /// tenant's sessions on this pod that their tool list changed.
     pub(crate) async fn reload(&self, tenant_id: Uuid) {
         self.registries.invalidate(&tenant_id).await;
+        let peers = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            let Some(peers) = sessions.get_mut(&tenant_id) else {
+                return;
+            };
+            peers.retain(|peer| !peer.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            // A session that went away meanwhile is no failure.
+            let _ = peer.notify_tool_list_changed().await;
+        }
+    }
+
+    /// Remembers a session of a tenant, to tell it of upstream changes.
+    pub(crate) fn watch(&self, tenant_id: Uuid, peer: Peer<RoleServer>) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let peers = sessions.entry(tenant_id).or_default();
+        peers.retain(|peer| !peer.is_transport_closed());
+        peers.push(peer);
     }
 
     /// Closes idle connections and updates the connection gauge.
