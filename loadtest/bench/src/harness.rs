@@ -54,8 +54,18 @@ impl Bench {
 
     /// A new tenant with one read/write key and an initialized MCP client.
     pub async fn tenant(&self, name: &str) -> anyhow::Result<Tenant> {
+        self.tenant_with(name, ALL_PERMISSIONS).await
+    }
+
+    /// A new tenant whose key holds `permissions` (`admin` to manage
+    /// upstreams), with an initialized MCP client.
+    pub async fn tenant_with(
+        &self,
+        name: &str,
+        permissions: &[mneme_core::Permission],
+    ) -> anyhow::Result<Tenant> {
         let store = self.stack.db.store();
-        let tenant = create_tenant(&store, name, ALL_PERMISSIONS).await;
+        let tenant = create_tenant(&store, name, permissions).await;
         let mcp = self.stack.mcp(&tenant.api_key).await;
         Ok(Tenant {
             id: tenant.tenant_id,

@@ -15,6 +15,8 @@
 //! - [`locomo`]: the long-conversation set (recall_any@5 / recall_all@5).
 //! - [`surfacing`]: active surfacing on the memtomem corpus (coverage,
 //!   precision by language and bucket, added latency).
+//! - [`proxy`]: what the MCP proxy adds to a tool call (direct, through
+//!   mneme, through mneme with surfacing), against the reference server.
 //! - [`report`]: settings, ingest figures and JSON output shared by both.
 //!
 //! The binary (`src/main.rs`) is the command line; `docs/BENCHMARKS.md`
@@ -26,5 +28,6 @@ pub mod harness;
 pub mod locomo;
 pub mod memtomem;
 pub mod metrics;
+pub mod proxy;
 pub mod report;
 pub mod surfacing;

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 use mneme_bench::data::{Corpus, Locomo};
 use mneme_bench::report::write_json;
-use mneme_bench::{locomo, memtomem, surfacing};
+use mneme_bench::{locomo, memtomem, proxy, surfacing};
 use mneme_config::{LogConfig, LogFormat};
 
 /// Retrieval quality and latency of mneme, end to end over MCP.
@@ -46,6 +46,28 @@ enum Command {
         /// calibration of relevance) to this JSON file.
         #[arg(long, value_name = "FILE")]
         candidates: Option<PathBuf>,
+    },
+    /// What the MCP proxy adds to a call of the reference server's `echo`
+    /// (needs `node` and MNEME_TEST_MCP_SERVERS from the local set-up).
+    Proxy {
+        /// Write the figures as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// `MNEME_EMBEDDER` of the stack.
+        #[arg(long, default_value = "e5")]
+        embedder: String,
+        /// Timed calls per path.
+        #[arg(long, default_value_t = 500)]
+        calls: usize,
+        /// Untimed calls per path first.
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+        /// Memories stored before the surfacing path.
+        #[arg(long, default_value_t = 200)]
+        memories: usize,
+        /// An extra `MNEME_*` setting for the stack, as KEY=VALUE (repeatable).
+        #[arg(long = "setting", value_name = "KEY=VALUE", value_parser = parse_setting)]
+        settings: Vec<(String, String)>,
     },
     /// LoCoMo conversations: recall_any@5, recall_all@5.
     Locomo {
@@ -183,6 +205,32 @@ async fn run(command: Command) -> anyhow::Result<()> {
             }
             if let Some(path) = &candidates {
                 write_json(path, &surfacing::candidates(&report))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        Command::Proxy {
+            out,
+            embedder,
+            calls,
+            warmup,
+            memories,
+            settings,
+        } => {
+            check_output(out.as_ref())?;
+            if calls == 0 {
+                bail!("--calls must be at least 1");
+            }
+            let options = proxy::Options {
+                embedder,
+                settings,
+                calls,
+                warmup,
+                memories,
+            };
+            let report = proxy::run(&options).await?;
+            println!("{}", proxy::summary(&report));
+            if let Some(path) = &out {
+                write_json(path, &report)?;
                 eprintln!("wrote {}", path.display());
             }
         }
