@@ -212,15 +212,17 @@ struct World {
 
 impl World {
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    async fn start_with(extra: &[(&str, &str)]) -> Self {
         let key = base64::engine::general_purpose::STANDARD.encode([42u8; 32]);
-        let stack = Stack::start(
-            "hash",
-            &[
-                ("MNEME_PROXY_ALLOW_PRIVATE_UPSTREAMS", "true"),
-                ("MNEME_PROXY_HEADER_KEY", key.as_str()),
-            ],
-        )
-        .await;
+        let mut settings = vec![
+            ("MNEME_PROXY_ALLOW_PRIVATE_UPSTREAMS", "true"),
+            ("MNEME_PROXY_HEADER_KEY", key.as_str()),
+        ];
+        settings.extend_from_slice(extra);
+        let stack = Stack::start("hash", &settings).await;
         let acme = create_tenant(&stack.db.store(), "acme", &[Permission::Admin]).await;
         Self {
             stack,
@@ -657,6 +659,71 @@ async fn truncation_caching_and_tool_overrides_apply_per_upstream() {
         count(2).await,
         first + 1,
         "other arguments reach the upstream"
+    );
+}
+
+#[tokio::test]
+async fn in_section_mode_continuations_surface_what_the_first_chunk_did_not_show() {
+    let world = World::start_with(&[
+        ("MNEME_SURFACING_INJECTION_MODE", "section"),
+        ("MNEME_SURFACING_MAX_RESULTS", "1"),
+        ("MNEME_SURFACING_COOLDOWN_MS", "0"),
+        // Two memories on one subject stand out less from each other than
+        // one would; the mechanism, not the calibration, is under test.
+        ("MNEME_SURFACING_MIN_SCORE", "0.2"),
+    ])
+    .await;
+    // Two memories on the call's subject among unrelated ones, so both
+    // stand out from the rest.
+    for memory in [
+        JWT_MEMORY,
+        "Access token audience validation: every RS256 JWT must name the MCP URL as its \
+         audience.",
+        "The office coffee machine on the third floor is descaled every Friday.",
+        "The cache cluster runs Redis with the allkeys-lru eviction policy.",
+        "Quarterly planning happens in the second week of March, June and September.",
+        "The design system uses an 8 pixel grid and the Inter typeface.",
+    ] {
+        world.remember(memory).await;
+    }
+    let url = start_own_upstream().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "own", "url": url, "compression": "progressive"}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let query = "JWT handler access token validation RS256 audience";
+    let first = call(
+        &mcp,
+        "own__big",
+        json!({"chars": 20_000, "_context_query": query}),
+    )
+    .await;
+    // Section mode: the chunk is left alone, the block is its own item.
+    assert_eq!(first.content.len(), 2, "{first:?}");
+    let chunk = first.content[0].as_text().unwrap().text.clone();
+    let block = first.content[1].as_text().unwrap().text.clone();
+    assert!(!chunk.contains("<surfaced-memories"));
+    assert!(block.starts_with("<surfaced-memories"), "{block}");
+    let key = chunk
+        .split("stm_proxy_read_more(key=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let more = mcp
+        .ok("stm_proxy_read_more", json!({"key": key, "offset": 4000}))
+        .await;
+    let again = more["surfacedMemories"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a continuation surfaces: {more}"));
+    let shown_first = block.contains("leeway");
+    assert_ne!(
+        shown_first,
+        again.contains("leeway"),
+        "the continuation shows the other memory: {block}\n---\n{again}"
     );
 }
 

@@ -169,6 +169,22 @@ pub(crate) struct ReadMoreResult {
     pub(crate) total_chars: u64,
     /// Where the next chunk starts; absent after the last one.
     pub(crate) next_offset: Option<u64>,
+    /// Memories relevant to the original call that were not shown yet (in
+    /// `section` injection mode only), as a `<surfaced-memories>` block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) surfaced_memories: Option<String>,
+}
+
+/// What a progressive result came from, kept beside it so that reading a
+/// continuation can surface again (`section` injection mode).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Continuation {
+    prefix: String,
+    tool: String,
+    arguments: JsonObject,
+    context_query: Option<String>,
+    read_only: Option<bool>,
+    destructive: Option<bool>,
 }
 
 /// The text of a result, as shaping sees it.
@@ -476,10 +492,24 @@ impl Proxy {
             Ok(fetched) => fetched,
             Err(result) => return result,
         };
+        let continuation = Continuation {
+            prefix: upstream.row.settings.prefix.clone(),
+            tool: tool_name.to_owned(),
+            arguments: arguments.clone(),
+            context_query: context_query.clone(),
+            read_only: annotations.read_only,
+            destructive: annotations.destructive,
+        };
         let mut progressive = false;
         if result.is_error != Some(true) {
             progressive = self
-                .shape(principal, upstream, tool_name, &compression, &mut result)
+                .shape(
+                    principal,
+                    upstream,
+                    &continuation,
+                    &compression,
+                    &mut result,
+                )
                 .await;
         }
         METRICS
@@ -605,10 +635,11 @@ impl Proxy {
         &self,
         principal: &Principal,
         upstream: &Active,
-        tool: &str,
+        continuation: &Continuation,
         compression: &str,
         result: &mut CallToolResult,
     ) -> bool {
+        let tool = continuation.tool.as_str();
         let budget = upstream.max_result_chars(tool, &self.config);
         let text_blocks = result
             .content
@@ -624,7 +655,10 @@ impl Proxy {
             // upstream's text exactly, so it is not cleaned first.
             let shaped = match compression {
                 "progressive" if text_blocks == 1 && text.text.chars().count() > budget => {
-                    match self.store_progressive(principal, &text.text).await {
+                    match self
+                        .store_progressive(principal, &text.text, continuation)
+                        .await
+                    {
                         Some(first) => {
                             progressive = true;
                             first
@@ -648,22 +682,32 @@ impl Proxy {
 
     /// Stores a long text for `stm_proxy_read_more` and returns its first
     /// chunk; `None` when it could not be stored.
-    async fn store_progressive(&self, principal: &Principal, text: &str) -> Option<String> {
+    async fn store_progressive(
+        &self,
+        principal: &Principal,
+        text: &str,
+        continuation: &Continuation,
+    ) -> Option<String> {
         let mut bytes = [0u8; 12];
         rand::rng().fill_bytes(&mut bytes);
         let key = hex::encode(bytes);
-        let stored = self
+        let (tenant, api_key) = (
+            principal.tenant_id.to_string(),
+            principal.key_id.to_string(),
+        );
+        let ttl = self.config.progressive_ttl;
+        if !self
             .cache
-            .store_progressive(
-                &principal.tenant_id.to_string(),
-                &principal.key_id.to_string(),
-                &key,
-                text,
-                self.config.progressive_ttl,
-            )
-            .await;
-        if !stored {
+            .store_progressive(&tenant, &api_key, &key, text, ttl)
+            .await
+        {
             return None;
+        }
+        if let Ok(context) = serde_json::to_string(continuation) {
+            let context_key = format!("{key}:call");
+            self.cache
+                .store_progressive(&tenant, &api_key, &context_key, &context, ttl)
+                .await;
         }
         shape::chunk(
             text,
@@ -678,6 +722,7 @@ impl Proxy {
     /// `stm_proxy_read_more`: a further chunk of a result this key received.
     pub(crate) async fn read_more(
         &self,
+        surfacer: &Surfacer,
         principal: &Principal,
         args: ReadMoreArgs,
     ) -> Result<ReadMoreResult, Error> {
@@ -726,13 +771,67 @@ impl Proxy {
                 content.chars().count()
             ))
         })?;
+        let surfaced_memories = if surfacer.settings().injection_mode == "section" {
+            self.surface_continuation(surfacer, principal, &args.key)
+                .await
+        } else {
+            None
+        };
         Ok(ReadMoreResult {
             text: chunk.text,
             start: chunk.start as u64,
             end: chunk.end as u64,
             total_chars: chunk.total_chars as u64,
             next_offset: chunk.next_offset.map(|n| n as u64),
+            surfaced_memories,
         })
+    }
+
+    /// Surfaces again for the call a progressive result came from (the
+    /// gates apply as usual: what this key and agent saw is not repeated).
+    async fn surface_continuation(
+        &self,
+        surfacer: &Surfacer,
+        principal: &Principal,
+        key: &str,
+    ) -> Option<String> {
+        let context = self
+            .cache
+            .progressive(
+                &principal.tenant_id.to_string(),
+                &principal.key_id.to_string(),
+                &format!("{key}:call"),
+                self.config.progressive_ttl,
+            )
+            .await?;
+        let continuation: Continuation = serde_json::from_str(&context).ok()?;
+        let registry = self.registry(principal.tenant_id).await;
+        // The upstream may have been removed or switched off meanwhile.
+        let upstream = registry.by_prefix.get(&continuation.prefix)?;
+        let call = ToolCall {
+            upstream_enabled: upstream.row.settings.surfacing_enabled
+                && !upstream
+                    .exclude
+                    .matches(&continuation.prefix, &continuation.tool),
+            server: continuation.prefix,
+            tool: continuation.tool,
+            arguments: continuation.arguments,
+            context_query: continuation.context_query,
+            annotations: ToolAnnotations {
+                read_only: continuation.read_only,
+                destructive: continuation.destructive,
+            },
+            agent_id: Some(principal.agent_id.clone()),
+            session_id: principal.session_id.clone(),
+            model: None,
+            context_window: None,
+            trace_id: None,
+            source: Source::Proxy,
+        };
+        match surfacer.surface(principal, call).await {
+            Outcome::Surfaced(surfacing) => Some(surfacing.block),
+            Outcome::Skipped(_) => None,
+        }
     }
 }
 

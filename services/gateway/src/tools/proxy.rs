@@ -20,7 +20,9 @@ pub(super) fn tools() -> Vec<ToolSpec> {
              footer: pass the footer's `key` and `offset`. Each answer holds the next chunk \
              followed by a new footer; split every part on `\\n---\\n[progressive: chars=` \
              and join the pieces to rebuild the full result exactly. Keys expire after \
-             30 minutes without a read and belong to the API key that received them.",
+             30 minutes without a read and belong to the API key that received them. \
+             `surfacedMemories`, when present, holds memories relevant to the original call \
+             that were not shown before.",
             read_more,
         )
         .example(json!({"key": EXAMPLE_PROGRESSIVE_KEY, "offset": 4000})),
@@ -28,5 +30,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
 }
 
 async fn read_more(context: ToolContext, args: ReadMoreArgs) -> Result<ReadMoreResult, Error> {
-    context.proxy.read_more(&context.principal, args).await
+    context
+        .proxy
+        .read_more(&context.surfacer, &context.principal, args)
+        .await
 }
