@@ -110,6 +110,9 @@ struct Own;
 
 /// Calls of the `count` tool (tests compare differences only).
 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Calls that reached `slow_read` and `slow_write`.
+static SLOW_READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SLOW_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn own_tool(name: &'static str, description: &'static str) -> Tool {
     let schema = json!({"type": "object", "properties": {"chars": {"type": "integer"}}});
@@ -161,6 +164,9 @@ impl ServerHandler for Own {
                 "Shows the X-Upstream-Secret header it received.",
             ),
             own_tool("count", "Counts its calls."),
+            own_tool("slow_read", "Answers after 2 s."),
+            own_tool("slow_write", "Answers after 2 s; not read-only.")
+                .with_annotations(ToolAnnotations::new().read_only(false)),
         ]))
     }
 
@@ -179,6 +185,16 @@ impl ServerHandler for Own {
             "show_args" => Value::Object(arguments).to_string(),
             "show_secret" => header,
             "count" => (CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1).to_string(),
+            "slow_read" | "slow_write" => {
+                let counter = if request.name == "slow_read" {
+                    &SLOW_READS
+                } else {
+                    &SLOW_WRITES
+                };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                "done".to_owned()
+            }
             "big" => big_text(
                 arguments
                     .get("chars")
@@ -724,6 +740,39 @@ async fn in_section_mode_continuations_surface_what_the_first_chunk_did_not_show
         shown_first,
         again.contains("leeway"),
         "the continuation shows the other memory: {block}\n---\n{again}"
+    );
+}
+
+#[tokio::test]
+async fn a_timed_out_read_is_retried_but_a_timed_out_write_is_never_replayed() {
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "own", "url": url, "callTimeoutMs": 500, "overallTimeoutMs": 3000,
+                   "maxRetries": 2, "breakerFailures": 0}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let (reads, writes) = (
+        SLOW_READS.load(std::sync::atomic::Ordering::SeqCst),
+        SLOW_WRITES.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    let read = call(&mcp, "own__slow_read", json!({})).await;
+    assert_eq!(read.is_error, Some(true));
+    assert!(texts(&read).contains("did not answer"), "{read:?}");
+    let write = call(&mcp, "own__slow_write", json!({})).await;
+    assert_eq!(write.is_error, Some(true));
+    assert_eq!(
+        SLOW_READS.load(std::sync::atomic::Ordering::SeqCst) - reads,
+        3,
+        "a read-only tool is tried once and retried twice"
+    );
+    assert_eq!(
+        SLOW_WRITES.load(std::sync::atomic::Ordering::SeqCst) - writes,
+        1,
+        "a tool that may write is not repeated after a timeout"
     );
 }
 
