@@ -7,6 +7,7 @@
 //! - [`login`]: OAuth sign-in of the command line, stored tokens, refresh.
 //! - [`hook`]: Claude Code's PostToolUse hook (surfaced memories), fail-open.
 //! - [`upstreams`]: a tenant's upstream MCP servers and their surfacing switch.
+//! - [`proxy`]: `mneme proxy`, the local MCP proxy on stdio (stdio and HTTP upstreams).
 //!
 //! Commands print results for humans on stdout and diagnostics on stderr;
 //! `keys create` prints the new key as the last line of stdout so scripts
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod hook;
 pub mod login;
+pub mod proxy;
 pub mod up;
 pub mod upstreams;
 
@@ -60,6 +62,17 @@ pub enum Command {
         #[arg(long, default_value = "claude")]
         host: String,
     },
+    /// The local MCP proxy: serve MCP on stdio to a desktop client, with
+    /// the long-term memory's tools and those of the upstream servers in
+    /// the configuration file, and surfaced memories in their results.
+    Proxy {
+        #[command(subcommand)]
+        command: Option<ProxyCommand>,
+        /// The configuration file (default: $MNEME_PROXY_CONFIG, else
+        /// proxy.json in the user's mneme configuration directory).
+        #[arg(long, global = true)]
+        config: Option<std::path::PathBuf>,
+    },
     /// Manage the people of a tenant (they sign in to approve connectors).
     #[command(subcommand)]
     Users(UsersCommand),
@@ -94,6 +107,23 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+}
+
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum ProxyCommand {
+    /// Check the configuration file: print every problem with its JSON
+    /// path (exit code 1), or `ok` and a summary.
+    Validate,
+}
+
+impl ProxyCommand {
+    /// What `mneme proxy [COMMAND]` does.
+    pub fn action(command: Option<Self>) -> proxy::Action {
+        match command {
+            None => proxy::Action::Serve,
+            Some(Self::Validate) => proxy::Action::Validate,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -297,6 +327,10 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Hook { host } => {
             println!("{}", hook::run(&host).await);
             Ok(())
+        }
+        Command::Proxy { command, config } => {
+            // Boxed: serving holds the whole proxy in its future.
+            Box::pin(proxy::command(ProxyCommand::action(command), config, false)).await
         }
         Command::Config(ConfigCommand::Check) => {
             println!("{config:#?}");

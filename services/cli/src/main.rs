@@ -13,6 +13,18 @@ async fn main() -> std::process::ExitCode {
         println!("{}", mneme::hook::run(host).await);
         return std::process::ExitCode::SUCCESS;
     }
+    // The local proxy runs on a desktop, without the server's settings; it
+    // reads its own file and logs to stderr (stdout is its MCP channel).
+    if let mneme::Command::Proxy { command, config } = cli.command {
+        let action = mneme::ProxyCommand::action(command);
+        return match mneme::proxy::command(action, config, true).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let config = match Config::from_env(&ProcessEnv) {
         Ok(config) => config,
         Err(error) => {

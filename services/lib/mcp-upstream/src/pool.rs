@@ -20,8 +20,16 @@
 //!
 //! Headers are handed to the transport and never logged; errors carry
 //! messages that are safe to show the tenant.
+//!
+//! Besides the two HTTP transports a tenant may register, the pool speaks
+//! stdio to a local child process ([`TransportKind::Stdio`]). Only the local
+//! proxy (`mneme proxy`, on the user's own machine) builds such specs from
+//! its own configuration file: [`TransportKind::parse`] never yields it, so
+//! nothing a tenant stores or submits can make the hosted gateway start a
+//! program. A child's stderr goes to the pool's process's stderr (or
+//! nowhere), never to its stdout, which may be an MCP channel itself.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,8 +40,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use tokio::sync::Semaphore;
 use uuid::Uuid;
@@ -45,16 +53,24 @@ use crate::ssrf::{SsrfError, UrlPolicy};
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// How mneme talks to an upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransportKind {
     /// MCP Streamable HTTP (2025-03-26 and later).
     StreamableHttp,
     /// The legacy HTTP+SSE transport (2024-11-05).
     Sse,
+    /// MCP over the stdin and stdout of a child process started by the
+    /// pool. The command travels inside the variant (not as a field of
+    /// [`UpstreamSpec`]) so that specs built for HTTP upstreams stay as
+    /// they are; see the module documentation for why only the local proxy
+    /// builds it.
+    Stdio(Arc<StdioCommand>),
 }
 
 impl TransportKind {
-    /// From the stored name (`streamable_http`, `sse`).
+    /// From the stored name (`streamable_http`, `sse`). `stdio` is not
+    /// parsed on purpose: a stored or submitted name must never start a
+    /// program on the gateway.
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "streamable_http" => Some(Self::StreamableHttp),
@@ -63,11 +79,48 @@ impl TransportKind {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Self::StreamableHttp => "streamable_http",
             Self::Sse => "sse",
+            Self::Stdio(_) => "stdio",
         }
+    }
+}
+
+/// Where a child process's stderr goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChildStderr {
+    /// To this process's stderr (diagnostics the user can read).
+    #[default]
+    Inherit,
+    /// Discarded.
+    Discard,
+}
+
+/// The program behind a [`TransportKind::Stdio`] upstream.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct StdioCommand {
+    /// The program, looked up on `PATH` when it has no slash.
+    pub program: String,
+    pub args: Vec<String>,
+    /// Added to the inherited environment (values may be secrets: never
+    /// logged).
+    pub env: BTreeMap<String, String>,
+    /// The working directory; `None` keeps this process's.
+    pub cwd: Option<String>,
+    pub stderr: ChildStderr,
+}
+
+impl std::fmt::Debug for StdioCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioCommand")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("stderr", &self.stderr)
+            .finish()
     }
 }
 
@@ -503,16 +556,25 @@ impl Pool {
     }
 
     async fn connect(&self, entry: &Entry, spec: &UpstreamSpec) -> Result<Connection, CallError> {
+        let listener = Listener {
+            tools_stale: entry.tools_stale.clone(),
+        };
+        let unreachable = |error: String| CallError::Unavailable(error);
+        // A local process is not subject to the SSRF guard: there is no
+        // address to check, and only the local proxy builds such specs.
+        if let TransportKind::Stdio(command) = &spec.transport {
+            let transport = spawn(command).map_err(unreachable)?;
+            return listener
+                .serve(transport)
+                .await
+                .map_err(|error| unreachable(initialize_message(&error)));
+        }
         let url = self.policy.check_syntax(&spec.url)?;
         let http = self
             .policy
             .pinned_client(&url, spec.limits.connect_timeout)
             .await?;
-        let listener = Listener {
-            tools_stale: entry.tools_stale.clone(),
-        };
-        let unreachable = |error: String| CallError::Unavailable(error);
-        match spec.transport {
+        match &spec.transport {
             TransportKind::StreamableHttp => {
                 let mut headers = HashMap::new();
                 for (name, value) in &spec.headers {
@@ -561,8 +623,33 @@ impl Pool {
                     .await
                     .map_err(|error| unreachable(initialize_message(&error)))
             }
+            TransportKind::Stdio(_) => Err(unreachable("a stdio upstream has no URL".into())),
         }
     }
+}
+
+/// Starts the child process of a stdio upstream. Its stdin and stdout carry
+/// MCP; stderr goes where the command says, never to our stdout. The child
+/// is killed when the connection is dropped (a replaced or removed
+/// upstream), so no orphan keeps running.
+fn spawn(command: &StdioCommand) -> Result<TokioChildProcess, String> {
+    let mut process = tokio::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .envs(&command.env)
+        .kill_on_drop(true);
+    if let Some(dir) = &command.cwd {
+        process.current_dir(dir);
+    }
+    let stderr = match command.stderr {
+        ChildStderr::Inherit => std::process::Stdio::inherit(),
+        ChildStderr::Discard => std::process::Stdio::null(),
+    };
+    TokioChildProcess::builder(process)
+        .stderr(stderr)
+        .spawn()
+        .map(|(transport, _)| transport)
+        .map_err(|error| format!("`{}` could not be started: {error}", command.program))
 }
 
 /// A transport failure, described without anything the upstream sent.
@@ -617,6 +704,76 @@ mod tests {
         for kind in [TransportKind::StreamableHttp, TransportKind::Sse] {
             assert_eq!(TransportKind::parse(kind.as_str()), Some(kind));
         }
+        // A stored name never starts a program.
+        let stdio = TransportKind::Stdio(Arc::default());
+        assert_eq!(stdio.as_str(), "stdio");
         assert_eq!(TransportKind::parse("stdio"), None);
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            connect_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(10),
+            overall_timeout: Duration::from_secs(20),
+            max_retries: 0,
+            retry_backoff: Duration::from_millis(10),
+            breaker_failures: 0,
+            breaker_reset: Duration::from_secs(1),
+            max_concurrency: 4,
+            tools_ttl: Duration::from_secs(60),
+            max_response_bytes: 1 << 20,
+        }
+    }
+
+    fn stdio_spec(program: &str, args: &[&str]) -> UpstreamSpec {
+        UpstreamSpec {
+            tenant_id: Uuid::nil(),
+            id: Uuid::nil(),
+            version: 1,
+            transport: TransportKind::Stdio(Arc::new(StdioCommand {
+                program: program.to_owned(),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                stderr: ChildStderr::Discard,
+                ..StdioCommand::default()
+            })),
+            url: String::new(),
+            headers: Headers::new(),
+            limits: limits(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stdio_upstream_that_cannot_start_is_unavailable() {
+        let pool = Pool::new(UrlPolicy {
+            allow_private: false,
+            resolve_timeout: Duration::from_secs(1),
+        });
+        let missing = stdio_spec("/nonexistent/mneme-test-program", &[]);
+        match pool.tools(&missing).await {
+            Err(CallError::Unavailable(message)) => {
+                assert!(message.contains("could not be started"), "{message}");
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        // A program that exits at once never completes `initialize`.
+        let silent = stdio_spec("true", &[]);
+        assert!(matches!(
+            pool.tools(&silent).await,
+            Err(CallError::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn stdio_commands_hide_their_environment_values() {
+        let command = StdioCommand {
+            program: "server".into(),
+            env: BTreeMap::from([("TOKEN".to_owned(), "secret-value".to_owned())]),
+            ..StdioCommand::default()
+        };
+        let shown = format!("{command:?}");
+        assert!(
+            shown.contains("TOKEN") && !shown.contains("secret-value"),
+            "{shown}"
+        );
     }
 }
