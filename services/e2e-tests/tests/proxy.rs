@@ -676,6 +676,21 @@ async fn truncation_caching_and_tool_overrides_apply_per_upstream() {
         first + 1,
         "other arguments reach the upstream"
     );
+
+    // The upstream's page shows what its tools did on this pod.
+    let (_, page) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::GET,
+            "/v1/upstreams/own",
+            None,
+        )
+        .await;
+    let stats = &page["stats"];
+    assert_eq!(stats["count"]["calls"], 3, "{page}");
+    assert_eq!(stats["count"]["cached"], 1, "{page}");
+    assert_eq!(stats["big"]["charsIn"], 50_000, "{page}");
+    assert!(stats["big"]["charsOut"].as_u64().unwrap() <= 5000, "{page}");
 }
 
 #[tokio::test]

@@ -67,6 +67,8 @@ struct UpstreamView {
     /// This pod's view: `connected` and the breaker state, once used.
     #[serde(skip_serializing_if = "Option::is_none")]
     health: Option<Value>,
+    /// This pod's figures per tool since it started.
+    stats: std::collections::BTreeMap<String, crate::proxy::ToolStats>,
 }
 
 fn view(app: &App, tenant_id: uuid::Uuid, upstream: Upstream) -> UpstreamView {
@@ -76,6 +78,7 @@ fn view(app: &App, tenant_id: uuid::Uuid, upstream: Upstream) -> UpstreamView {
             "breaker": format!("{:?}", h.breaker).to_lowercase(),
         })
     });
+    let stats = app.proxy.stats(tenant_id, upstream.id);
     let s = upstream.settings;
     UpstreamView {
         id: upstream.id.to_string(),
@@ -102,6 +105,7 @@ fn view(app: &App, tenant_id: uuid::Uuid, upstream: Upstream) -> UpstreamView {
         created_at: upstream.created_at.to_rfc3339(),
         updated_at: upstream.updated_at.to_rfc3339(),
         health,
+        stats,
     }
 }
 

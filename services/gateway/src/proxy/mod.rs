@@ -19,9 +19,13 @@
 //!   `progressive` (lossless, so not cleaned) → surfacing → result. Results that are errors, or carry
 //!   no text, pass through intact; `structuredContent` is kept.
 //!
-//! [`admin`] serves `/v1/upstreams`.
+//! [`admin`] serves `/v1/upstreams`; [`stats`] keeps this pod's figures per
+//! upstream and tool for it.
 
 pub(crate) mod admin;
+mod stats;
+
+pub(crate) use stats::ToolStats;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -130,6 +134,7 @@ pub(crate) struct Proxy {
     /// Sessions held by this pod, by tenant: told when the tenant's
     /// upstreams (and so their tool lists) change.
     sessions: std::sync::Mutex<std::collections::HashMap<Uuid, Vec<Peer<RoleServer>>>>,
+    stats: stats::Stats,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -219,6 +224,7 @@ impl Proxy {
                 .time_to_live(REGISTRY_TTL)
                 .build(),
             sessions: std::sync::Mutex::default(),
+            stats: stats::Stats::new(config.idle),
             config,
             call_cap: request_timeout.saturating_sub(Duration::from_millis(500)),
             store,
@@ -276,6 +282,15 @@ impl Proxy {
         METRICS
             .proxy_connections
             .set(i64::try_from(self.pool.connected()).unwrap_or(i64::MAX));
+    }
+
+    /// This pod's figures of one upstream's tools.
+    pub(crate) fn stats(
+        &self,
+        tenant_id: Uuid,
+        id: Uuid,
+    ) -> std::collections::BTreeMap<String, ToolStats> {
+        self.stats.of(tenant_id, id)
     }
 
     pub(crate) fn health(
@@ -490,8 +505,18 @@ impl Proxy {
             .await
         {
             Ok(fetched) => fetched,
-            Err(result) => return result,
+            Err(result) => {
+                self.stats.record(
+                    (upstream.spec.tenant_id, upstream.row.id),
+                    tool_name,
+                    stats::Ended::Failed,
+                    (0, 0),
+                    started.elapsed(),
+                );
+                return result;
+            }
         };
+        let chars_in = text_chars(&result);
         let continuation = Continuation {
             prefix: upstream.row.settings.prefix.clone(),
             tool: tool_name.to_owned(),
@@ -512,6 +537,18 @@ impl Proxy {
                 )
                 .await;
         }
+        let ended = match outcome {
+            "cached" => stats::Ended::Cached,
+            "tool_error" => stats::Ended::ToolError,
+            _ => stats::Ended::Ok,
+        };
+        self.stats.record(
+            (upstream.spec.tenant_id, upstream.row.id),
+            tool_name,
+            ended,
+            (chars_in, text_chars(&result)),
+            started.elapsed(),
+        );
         METRICS
             .proxy_calls
             .with_label_values(&[outcome, compression.as_str()])
@@ -833,6 +870,16 @@ impl Proxy {
             Outcome::Skipped(_) => None,
         }
     }
+}
+
+/// Characters of a result's text items.
+fn text_chars(result: &CallToolResult) -> u64 {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .map(|t| t.text.chars().count() as u64)
+        .sum()
 }
 
 /// Adds surfaced memories to a proxied result.
