@@ -36,6 +36,8 @@ use serde_json::Value;
 use serde_path_to_error::Segment;
 use sha2::{Digest, Sha256};
 
+pub use mneme_mcp_upstream::shape::Compression;
+
 /// Characters per chunk of a progressive result.
 pub const DEFAULT_CHUNK_CHARS: usize = 4000;
 /// Character budget of a proxied result.
@@ -70,38 +72,6 @@ impl Transport {
             Self::StreamableHttp => "streamable_http",
             Self::Sse => "sse",
             Self::Stdio => "stdio",
-        }
-    }
-}
-
-/// What happens to a long result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Compression {
-    /// Cleaned, never shortened.
-    None,
-    /// Cleaned and cut to `maxResultChars` (never inside a JSON value).
-    #[default]
-    Truncate,
-    /// Delivered whole, in chunks read with `stm_proxy_read_more`.
-    Progressive,
-}
-
-impl Compression {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Truncate => "truncate",
-            Self::Progressive => "progressive",
-        }
-    }
-
-    fn parse(name: &str) -> Option<Self> {
-        match name {
-            "none" => Some(Self::None),
-            "truncate" => Some(Self::Truncate),
-            "progressive" => Some(Self::Progressive),
-            _ => None,
         }
     }
 }

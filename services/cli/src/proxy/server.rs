@@ -636,24 +636,15 @@ impl Proxy {
             let Some(text) = block.as_text() else {
                 continue;
             };
-            let shaped = match compression {
-                // Lossless: the chunks rebuild the upstream's text exactly,
-                // so it is not cleaned first.
-                Compression::Progressive
-                    if text_blocks == 1 && text.text.chars().count() > budget =>
-                {
-                    match self.store_progressive(active, &text.text) {
-                        Some(first) => {
-                            progressive = true;
-                            first
-                        }
-                        None => shape::truncate(&shape::clean(&text.text), budget).text,
+            let shaped = match shape::plan(&text.text, compression, budget, text_blocks) {
+                shape::Plan::Send(shaped) => shaped,
+                shape::Plan::Deliver => match self.store_progressive(active, &text.text) {
+                    Some(first) => {
+                        progressive = true;
+                        first
                     }
-                }
-                Compression::Truncate | Compression::Progressive => {
-                    shape::truncate(&shape::clean(&text.text), budget).text
-                }
-                Compression::None => shape::clean(&text.text),
+                    None => shape::shorten(&text.text, budget),
+                },
             };
             *block = ContentBlock::text(shaped);
         }

@@ -688,25 +688,19 @@ impl Proxy {
             let Some(text) = block.as_text() else {
                 continue;
             };
-            // Progressive delivery is lossless: the chunks rebuild the
-            // upstream's text exactly, so it is not cleaned first.
-            let shaped = match compression {
-                "progressive" if text_blocks == 1 && text.text.chars().count() > budget => {
-                    match self
-                        .store_progressive(principal, &text.text, continuation)
-                        .await
-                    {
-                        Some(first) => {
-                            progressive = true;
-                            first
-                        }
-                        None => shape::truncate(&shape::clean(&text.text), budget).text,
+            let compression = shape::Compression::parse(compression).unwrap_or_default();
+            let shaped = match shape::plan(&text.text, compression, budget, text_blocks) {
+                shape::Plan::Send(shaped) => shaped,
+                shape::Plan::Deliver => match self
+                    .store_progressive(principal, &text.text, continuation)
+                    .await
+                {
+                    Some(first) => {
+                        progressive = true;
+                        first
                     }
-                }
-                "truncate" | "progressive" => {
-                    shape::truncate(&shape::clean(&text.text), budget).text
-                }
-                _ => shape::clean(&text.text),
+                    None => shape::shorten(&text.text, budget),
+                },
             };
             METRICS
                 .proxy_chars

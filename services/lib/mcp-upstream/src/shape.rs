@@ -12,6 +12,8 @@
 //! - [`chunk`] is lossless: concatenating [`strip_footer`] of every chunk
 //!   reproduces the content byte for byte, so an agent can read a long
 //!   result piece by piece.
+//! - [`plan`] chooses among them per [`Compression`], for the hosted and
+//!   the local proxy alike.
 //!
 //! All lengths and positions are in characters (Unicode scalar values), the
 //! unit agents and limits are expressed in; a UTF-8 sequence is never split.
@@ -578,6 +580,68 @@ fn byte_offset(text: &str, chars: usize) -> usize {
     text.len() - rest.as_str().len()
 }
 
+/// What happens to a long text (`MNEME_PROXY_COMPRESSION`, per upstream
+/// and per tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// Cleaned, never shortened.
+    None,
+    /// Cleaned and cut to the budget (never inside a JSON value).
+    #[default]
+    Truncate,
+    /// Delivered whole, in chunks read with `stm_proxy_read_more`.
+    Progressive,
+}
+
+impl Compression {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "none" => Some(Self::None),
+            "truncate" => Some(Self::Truncate),
+            "progressive" => Some(Self::Progressive),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Truncate => "truncate",
+            Self::Progressive => "progressive",
+        }
+    }
+}
+
+/// What to send for one text item of a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// This text.
+    Send(String),
+    /// Store the original text whole and send its first [`chunk`]; when it
+    /// cannot be stored, send [`shorten`] of it instead. Progressive
+    /// delivery is lossless, so the text is not cleaned first.
+    Deliver,
+}
+
+/// Decides what becomes of one text item (`text_items`: how many the
+/// result holds; only a lone one is delivered in chunks, so the chunks
+/// rebuild exactly one text).
+pub fn plan(text: &str, compression: Compression, budget: usize, text_items: usize) -> Plan {
+    match compression {
+        Compression::Progressive if text_items == 1 && text.chars().count() > budget => {
+            Plan::Deliver
+        }
+        Compression::Truncate | Compression::Progressive => Plan::Send(shorten(text, budget)),
+        Compression::None => Plan::Send(clean(text)),
+    }
+}
+
+/// Cleaned and truncated to `budget` characters.
+pub fn shorten(text: &str, budget: usize) -> String {
+    truncate(&clean(text), budget).text
+}
+
 /// Separates a chunk from its footer in every progressive response.
 pub const FOOTER_TOKEN: &str = "\n---\n[progressive: chars=";
 
@@ -745,6 +809,34 @@ fn heading_text(line: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plans_follow_the_compression() {
+        let long = "word ".repeat(100);
+        assert_eq!(plan(&long, Compression::Progressive, 50, 1), Plan::Deliver);
+        // Two text items: chunks could rebuild only one of them.
+        assert!(
+            matches!(plan(&long, Compression::Progressive, 50, 2), Plan::Send(t) if t.chars().count() <= 50)
+        );
+        assert!(
+            matches!(plan(&long, Compression::Truncate, 50, 1), Plan::Send(t) if t.contains("[truncated"))
+        );
+        assert_eq!(
+            plan("short", Compression::Progressive, 50, 1),
+            Plan::Send("short".into())
+        );
+        assert_eq!(
+            plan(&long, Compression::None, 50, 1),
+            Plan::Send(clean(&long))
+        );
+        for c in [
+            Compression::None,
+            Compression::Truncate,
+            Compression::Progressive,
+        ] {
+            assert_eq!(Compression::parse(c.as_str()), Some(c));
+        }
+    }
     use serde_json::{Value, json};
 
     /// A tiny deterministic generator, so property tests need no new crate
