@@ -164,6 +164,7 @@ impl ServerHandler for Own {
                 "Shows the X-Upstream-Secret header it received.",
             ),
             own_tool("count", "Counts its calls."),
+            own_tool("announce", "Announces that its tool list changed."),
             own_tool("slow_read", "Answers after 2 s."),
             own_tool("slow_write", "Answers after 2 s; not read-only.")
                 .with_annotations(ToolAnnotations::new().read_only(false)),
@@ -185,6 +186,10 @@ impl ServerHandler for Own {
             "show_args" => Value::Object(arguments).to_string(),
             "show_secret" => header,
             "count" => (CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1).to_string(),
+            "announce" => {
+                context.peer.notify_tool_list_changed().await.ok();
+                "announced".to_owned()
+            }
             "slow_read" | "slow_write" => {
                 let counter = if request.name == "slow_read" {
                     &SLOW_READS
@@ -302,7 +307,11 @@ impl World {
     }
 }
 
-async fn call(mcp: &Mcp, name: &str, arguments: Value) -> CallToolResult {
+async fn call<H: rmcp::ClientHandler>(
+    mcp: &Mcp<H>,
+    name: &str,
+    arguments: Value,
+) -> CallToolResult {
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object")
     };
@@ -791,16 +800,31 @@ async fn a_timed_out_read_is_retried_but_a_timed_out_write_is_never_replayed() {
     );
 }
 
-/// A client that notes `notifications/tools/list_changed`.
+/// A client that counts `notifications/tools/list_changed`.
 #[derive(Clone, Default)]
-struct ListWatcher(Arc<tokio::sync::Notify>);
+struct ListWatcher(Arc<std::sync::atomic::AtomicUsize>);
 
 impl rmcp::ClientHandler for ListWatcher {
     async fn on_tool_list_changed(
         &self,
         _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
     ) {
-        self.0.notify_one();
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl ListWatcher {
+    fn seen(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until more than `before` notifications arrived.
+    async fn more_than(&self, before: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.seen() <= before {
+            assert!(Instant::now() < deadline, "no tools/list_changed arrived");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -818,11 +842,17 @@ async fn sessions_are_told_when_their_tenants_upstreams_change() {
     world
         .register(&world.acme.api_key, json!({"name": "own", "url": url}))
         .await;
-    tokio::time::timeout(Duration::from_secs(10), watcher.0.notified())
-        .await
-        .expect("tools/list_changed arrives after a registration");
+    watcher.more_than(0).await;
     let after = mcp.client.list_all_tools().await.unwrap();
     assert!(after.iter().any(|t| t.name == "own__show_args"));
+
+    // An upstream's own announcement reaches the session too (counted
+    // after the registration's notifications, local and pub/sub, settled).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let settled = watcher.seen();
+    let announced = call(&mcp, "own__announce", json!({})).await;
+    assert_eq!(texts(&announced), "announced");
+    watcher.more_than(settled).await;
 }
 
 /// A `tracing` writer into memory, to read what the stack logged.

@@ -340,30 +340,46 @@ async fn spawn_revocation_listener(app: &App, stop: CancellationToken) {
 }
 
 /// Reloads a tenant's upstream registry on this pod as soon as another
-/// pod (or the CLI) announces a change; without Redis the registry expires
-/// on its own within a minute.
+/// pod (or the CLI) announces a change (without Redis the registry expires
+/// on its own within a minute), and passes an upstream's own
+/// `tools/list_changed` on to the tenant's sessions.
 async fn spawn_upstream_listener(app: &App, stop: CancellationToken) {
-    let mut listener = match app.cache.upstreams_changed_listener().await {
-        Ok(listener) => listener,
+    // Without Redis at start-up, registries still expire on their own and
+    // the rest of the loop (upstream tool changes, housekeeping) runs.
+    let mut announcements = match app.cache.upstreams_changed_listener().await {
+        Ok(listener) => Some(listener),
         Err(error) => {
             tracing::warn!(%error, "upstream changes apply when registries expire");
-            return;
+            None
         }
     };
     let proxy = app.proxy.clone();
+    let mut tool_changes = proxy.take_tool_changes();
     tokio::spawn(async move {
         let mut housekeeping = tokio::time::interval(Duration::from_secs(30));
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                changed = listener.recv() => match changed {
+                changed = async {
+                    match announcements.as_mut() {
+                        Some(listener) => listener.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match changed {
                     Some(tenant) => {
                         if let Ok(tenant_id) = tenant.parse() {
                             proxy.reload(tenant_id).await;
                         }
                     }
-                    None => return,
+                    // The subscriber ended: keep the rest of the loop.
+                    None => announcements = None,
                 },
+                Some(tenant_id) = async {
+                    match tool_changes.as_mut() {
+                        Some(changes) => changes.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => proxy.tell_sessions(tenant_id).await,
                 _ = housekeeping.tick() => proxy.housekeeping(),
                 () = stop.cancelled() => return,
             }

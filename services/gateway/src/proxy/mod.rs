@@ -135,6 +135,9 @@ pub(crate) struct Proxy {
     /// upstreams (and so their tool lists) change.
     sessions: std::sync::Mutex<std::collections::HashMap<Uuid, Vec<Peer<RoleServer>>>>,
     stats: stats::Stats,
+    /// Tenants whose upstream announced new tools; taken once by the
+    /// gateway's listener task.
+    tool_changes: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -217,8 +220,10 @@ impl Proxy {
             allow_private: config.allow_private_upstreams,
             resolve_timeout: config.connect_timeout.min(Duration::from_secs(5)),
         };
+        let (pool, tool_changes) = Pool::with_tool_changes(policy);
         Ok(Self {
-            pool: Pool::new(policy),
+            pool,
+            tool_changes: std::sync::Mutex::new(Some(tool_changes)),
             registries: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(REGISTRY_TTL)
@@ -251,6 +256,17 @@ impl Proxy {
     /// tenant's sessions on this pod that their tool list changed.
     pub(crate) async fn reload(&self, tenant_id: Uuid) {
         self.registries.invalidate(&tenant_id).await;
+        self.tell_sessions(tenant_id).await;
+    }
+
+    /// The receiver of tenants whose upstreams announced new tools (once).
+    pub(crate) fn take_tool_changes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Uuid>> {
+        self.tool_changes.lock().expect("tool changes lock").take()
+    }
+
+    /// Sends `notifications/tools/list_changed` to the tenant's sessions
+    /// on this pod.
+    pub(crate) async fn tell_sessions(&self, tenant_id: Uuid) {
         let peers = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             let Some(peers) = sessions.get_mut(&tenant_id) else {

@@ -16,7 +16,8 @@
 //!   tool error or a JSON-RPC error) counts as healthy;
 //! - a semaphore bounds the calls in flight per upstream;
 //! - the upstream's `tools/list` is cached for a TTL and dropped early when
-//!   the upstream announces `notifications/tools/list_changed`.
+//!   the upstream announces `notifications/tools/list_changed`, which
+//!   [`Pool::with_tool_changes`] also reports by tenant.
 //!
 //! Headers are handed to the transport and never logged; errors carry
 //! messages that are safe to show the tenant.
@@ -43,7 +44,7 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use uuid::Uuid;
 
 use crate::sealed::Headers;
@@ -231,14 +232,21 @@ pub fn check_headers(headers: &Headers) -> Result<(), String> {
     Ok(())
 }
 
-/// The client side of one connection: notes `tools/list_changed`.
+/// The client side of one connection: notes `tools/list_changed`, and
+/// passes it on to whoever watches the pool's tool changes.
 struct Listener {
     tools_stale: Arc<AtomicBool>,
+    tenant_id: Uuid,
+    changes: Option<mpsc::UnboundedSender<Uuid>>,
 }
 
 impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_stale.store(true, Ordering::Release);
+        if let Some(changes) = &self.changes {
+            // Nobody listening any more is no failure.
+            let _ = changes.send(self.tenant_id);
+        }
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -295,6 +303,8 @@ pub struct Pool {
     entries: Mutex<HashMap<(Uuid, Uuid), Arc<Entry>>>,
     policy: UrlPolicy,
     epoch: Instant,
+    /// Tenants whose upstream announced a new tool list.
+    changes: Option<mpsc::UnboundedSender<Uuid>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -311,7 +321,17 @@ impl Pool {
             entries: Mutex::new(HashMap::new()),
             policy,
             epoch: Instant::now(),
+            changes: None,
         }
+    }
+
+    /// A pool that also reports, by tenant id, every upstream that sends
+    /// `notifications/tools/list_changed` (so sessions can be told).
+    pub fn with_tool_changes(policy: UrlPolicy) -> (Self, mpsc::UnboundedReceiver<Uuid>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let mut pool = Self::new(policy);
+        pool.changes = Some(sender);
+        (pool, receiver)
     }
 
     fn now_ms(&self) -> u64 {
@@ -558,6 +578,8 @@ impl Pool {
     async fn connect(&self, entry: &Entry, spec: &UpstreamSpec) -> Result<Connection, CallError> {
         let listener = Listener {
             tools_stale: entry.tools_stale.clone(),
+            tenant_id: spec.tenant_id,
+            changes: self.changes.clone(),
         };
         let unreachable = |error: String| CallError::Unavailable(error);
         // A local process is not subject to the SSRF guard: there is no
