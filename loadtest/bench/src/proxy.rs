@@ -150,6 +150,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     settings.push(("MNEME_SURFACING_COOLDOWN_MS".into(), "0".into()));
     settings.push(("MNEME_SURFACING_DEDUP_TTL_SECS".into(), "0".into()));
     settings.push(("MNEME_SURFACING_RATE_PER_MINUTE".into(), "1000000".into()));
+    // One key sends over a thousand calls a minute: the request limits
+    // (meant for agents) would answer 429.
+    settings.push(("MNEME_RATE_LIMIT_KEY".into(), "1000000".into()));
+    settings.push(("MNEME_RATE_LIMIT_TENANT".into(), "1000000".into()));
     let bench = Bench::start(&options.embedder, &settings).await?;
     let tenant = bench
         .tenant_with("proxy-bench", &[mneme_core::Permission::Admin])
