@@ -1004,3 +1004,61 @@ async fn recall_status(stack: &Stack, credential: String) -> u16 {
         .status()
         .as_u16()
 }
+
+#[tokio::test]
+async fn an_expired_access_token_is_refused_and_a_refresh_brings_a_working_one() {
+    let stack = Stack::start(
+        "hash",
+        &[
+            ("MNEME_OAUTH_ACCESS_TOKEN_TTL_SECS", "1"),
+            ("MNEME_OAUTH_CLOCK_SKEW_SECS", "0"),
+        ],
+    )
+    .await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+    let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+    let (status, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    assert_eq!(tokens["expires_in"], 1, "{tokens}");
+    let recall = |access: String| {
+        let url = format!("http://{}/v1/tools/recall", stack.http_addr);
+        async move {
+            http()
+                .post(url)
+                .bearer_auth(access)
+                .json(&json!({"text": "anything"}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(recall(access.clone()).await.status(), 200);
+
+    // JWT expiry has one-second resolution: two seconds are past it.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let expired = recall(access).await;
+    assert_eq!(expired.status(), 401);
+    let challenge = expired.headers()["www-authenticate"].to_str().unwrap();
+    assert!(
+        challenge.contains(r#"error="invalid_token""#),
+        "{challenge}"
+    );
+    assert!(challenge.contains("resource_metadata="), "{challenge}");
+
+    let (status, refreshed) = token(
+        &endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", tokens["refresh_token"].as_str().unwrap()),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{refreshed}");
+    let fresh = refreshed["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(recall(fresh).await.status(), 200);
+}

@@ -113,7 +113,7 @@ impl TokenKeys {
         validation.set_audience(&[audience]);
         validation.set_issuer(&[issuer]);
         validation.set_required_spec_claims(&["exp", "aud", "iss", "sub"]);
-        validation.leeway = 30;
+        validation.leeway = config.clock_skew.as_secs();
         Ok(Self {
             kid: kid(&public),
             signing: EncodingKey::from_ed_der(der.as_bytes()),

@@ -536,6 +536,8 @@ pub struct OAuthConfig {
     pub register_per_ip: u32,
     /// Authorization requests must name the resource (RFC 8707).
     pub require_resource: bool,
+    /// Tolerance on an access token's expiry.
+    pub clock_skew: Duration,
 }
 
 /// MCP sessions of the legacy protocol revisions.
@@ -908,6 +910,7 @@ impl Config {
                 code_ttl: r.secs(settings::OAUTH_CODE_TTL_SECS),
                 client_idle: r.secs(settings::OAUTH_CLIENT_IDLE_DAYS) * 86_400,
                 require_resource: r.flag(settings::OAUTH_REQUIRE_RESOURCE),
+                clock_skew: Duration::from_secs(r.value(settings::OAUTH_CLOCK_SKEW_SECS)),
                 register_per_ip: r.positive_u32(settings::RATE_LIMIT_REGISTER_IP),
             },
             rate_limits: RateLimitConfig {

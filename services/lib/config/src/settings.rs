@@ -108,6 +108,8 @@ settings! {
             "Lifetime of an OAuth refresh token, in seconds (90 days); every use replaces it with a new one.";
         OAUTH_CODE_TTL_SECS = "MNEME_OAUTH_CODE_TTL_SECS", Some("600"),
             "Lifetime of an authorization code, in seconds; each code works once.";
+        OAUTH_CLOCK_SKEW_SECS = "MNEME_OAUTH_CLOCK_SKEW_SECS", Some("30"),
+            "Seconds an access token is still accepted after its expiry, for clocks of gateway pods that disagree slightly (0: none).";
         OAUTH_REQUIRE_RESOURCE = "MNEME_OAUTH_REQUIRE_RESOURCE", Some("true"),
             "Refuse authorization requests without the RFC 8707 `resource` parameter (`invalid_target`), as the MCP authorization profile requires of clients; the token's audience is bound to it. `false` accepts such requests and binds the token to this server's MCP endpoint.";
         OAUTH_CLIENT_IDLE_DAYS = "MNEME_OAUTH_CLIENT_IDLE_DAYS", Some("90"),
