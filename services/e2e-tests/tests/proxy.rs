@@ -514,6 +514,26 @@ async fn progressive_delivery_round_trips_a_megabyte_exactly_and_never_forwards_
     .await;
     let received: Value = serde_json::from_str(&texts(&shown)).unwrap();
     assert_eq!(received, json!({"path": "a.txt"}));
+    // The REST facade reaches upstream tools too, with the MCP result.
+    let (status, over_rest) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::POST,
+            "/v1/tools/own__show_args",
+            Some(json!({"path": "b.txt", "_context_query": "x"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{over_rest}");
+    assert_eq!(over_rest["content"][0]["text"], r#"{"path":"b.txt"}"#);
+    let (status, _) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::POST,
+            "/v1/tools/own__missing",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 404);
 
     let chars = 1_000_000;
     let expected = big_text(chars);

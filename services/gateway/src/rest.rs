@@ -1,6 +1,7 @@
 //! The REST facade over the tool registry, for scripts and ChatGPT GPT
 //! Actions: `POST /v1/tools/{name}` with the tool's arguments as the JSON
-//! body, `GET /openapi.json` describing the tools the caller may use, and
+//! body (a tenant's upstream tools, `prefix__tool`, answer too, with their
+//! MCP result), `GET /openapi.json` describing the tools the caller may use, and
 //! `GET /memories/{id}`, the address `search` and `fetch` results cite.
 //! Same authentication, same checks and same handlers as MCP.
 
@@ -57,13 +58,6 @@ async fn call_tool(
     Path(name): Path<String>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if REGISTRY.get(&name).is_none() {
-        return ApiError(Error::new(
-            ErrorCode::NotFound,
-            format!("unknown tool `{name}`"),
-        ))
-        .into_response();
-    }
     let arguments = match body.map(|Json(value)| value) {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(arguments)) => arguments,
@@ -74,6 +68,24 @@ async fn call_tool(
             .into_response();
         }
     };
+    if REGISTRY.get(&name).is_none() {
+        // A tenant's upstream tool answers with its MCP result as JSON
+        // (`content`, `structuredContent`, `isError`), shaped and
+        // surfaced like on `/mcp`.
+        return match app
+            .proxy
+            .call(&app.surfacer, &principal, &name, arguments)
+            .await
+        {
+            Some(Ok(result)) => (StatusCode::OK, Json(result)).into_response(),
+            Some(Err(error)) => ApiError(error).into_response(),
+            None => ApiError(Error::new(
+                ErrorCode::NotFound,
+                format!("unknown tool `{name}`"),
+            ))
+            .into_response(),
+        };
+    }
     match REGISTRY
         .call(&name, context(&app, principal), arguments)
         .await
