@@ -248,6 +248,17 @@ async fn the_local_proxy_serves_ltm_and_stdio_tools_with_surfaced_memories() {
         "{text}"
     );
     assert!(!text.contains(&tenant.api_key), "{text}");
+    // A file others may read gets a warning; a private one does not.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let set = |mode| {
+            std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(0o644);
+        assert!(validate(&config_path).1.contains("chmod 600"));
+        set(0o600);
+        assert!(!validate(&config_path).1.contains("chmod 600"));
+    }
 
     let client = start_proxy(&config_path, &home.0).await;
 

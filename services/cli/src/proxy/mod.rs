@@ -80,6 +80,14 @@ pub fn validate(path: &std::path::Path) -> anyhow::Result<()> {
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
+    if let Some(mode) = readable_by_others(path) {
+        eprintln!(
+            "warning: {} holds credentials but others may read it (mode {mode:o}); run \
+             `chmod 600 {}`",
+            path.display(),
+            path.display()
+        );
+    }
     match settings {
         Some(settings) => {
             if settings.ltm.uses_login()
@@ -104,6 +112,19 @@ pub fn validate(path: &std::path::Path) -> anyhow::Result<()> {
             anyhow::bail!("{} problem(s) in {}", report.problems.len(), path.display())
         }
     }
+}
+
+/// The file's permission bits when its group or others may read it.
+#[cfg(unix)]
+fn readable_by_others(path: &std::path::Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o044 != 0).then_some(mode)
+}
+
+#[cfg(not(unix))]
+fn readable_by_others(_path: &std::path::Path) -> Option<u32> {
+    None
 }
 
 /// Serves MCP on stdio until the client closes it.
