@@ -3,18 +3,17 @@
 //! test lives with the CLI because only here does Cargo build the `mneme`
 //! binary for a test.)
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+mod common;
+
+use common::LocalStack;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mneme::up::{Listeners, up};
-use mneme_config::Config;
-use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 /// Claude Code's PostToolUse input after reading a file (as its docs show it).
 fn read_event(path: &str) -> Value {
@@ -80,28 +79,9 @@ fn additional_context(output: &Value) -> &str {
 
 #[tokio::test]
 async fn the_hook_adds_the_related_memory_and_fails_open_when_the_gateway_is_gone() {
-    let db = TestDatabase::create().await;
-    let redis = TestRedis::new();
-    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_addr: SocketAddr = http.local_addr().unwrap();
-    let env: HashMap<String, String> = HashMap::from([
-        ("MNEME_DATABASE_URL".into(), db.app_url.clone()),
-        ("MNEME_REDIS_URL".into(), redis.url.clone()),
-        ("MNEME_REDIS_PREFIX".into(), redis.prefix.clone()),
-        ("MNEME_EMBEDDER".into(), "hash".into()),
-        ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
-        ("MNEME_CONSOLIDATION".into(), "false".into()),
-        ("MNEME_PUBLIC_URL".into(), format!("http://{http_addr}")),
-    ]);
-    let config = Config::from_env(&env).expect("valid test configuration");
-    let listeners = Listeners {
-        http,
-        recall: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        remember: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    };
-    let stop = CancellationToken::new();
-    let stack = tokio::spawn(up(config, listeners, stop.clone().cancelled_owned()));
-    let tenant = create_tenant(&db.store(), "acme", ALL_PERMISSIONS).await;
+    let local = LocalStack::start().await;
+    let http_addr = local.http_addr;
+    let tenant = create_tenant(&local.db.store(), "acme", ALL_PERMISSIONS).await;
 
     let client = reqwest::Client::new();
     for (content, topic) in [
@@ -125,7 +105,8 @@ async fn the_hook_adds_the_related_memory_and_fails_open_when_the_gateway_is_gon
         assert!(response.status().is_success());
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    while db
+    while local
+        .db
         .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
         .await
         > 0
@@ -176,8 +157,7 @@ async fn the_hook_adds_the_related_memory_and_fails_open_when_the_gateway_is_gon
     .await;
     assert_eq!(output, json!({}));
 
-    stop.cancel();
-    stack.await.unwrap().unwrap();
+    local.shutdown().await;
     // The gateway is gone: `{}` within the hook's timeout.
     let timeout = [
         ("MNEME_HOOK_URL", format!("http://{http_addr}")),

@@ -9,23 +9,21 @@
 //! deploy/local/setup.sh installs) and Node.js on PATH, plus the PostgreSQL
 //! and Redis of mneme-test-support.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
+mod common;
+
+use common::LocalStack;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use mneme::up::{Listeners, up};
-use mneme_config::Config;
 use mneme_mcp_upstream::shape::FOOTER_TOKEN;
-use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use rmcp::model::{CallToolRequestParams, CallToolResult, Tool};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 const JWT_MEMORY: &str = "The JWT handler in src/auth/jwt_handler.rs validates access tokens \
                           with RS256 and allows 30 seconds of clock leeway.";
@@ -170,28 +168,9 @@ async fn the_local_proxy_serves_ltm_and_stdio_tools_with_surfaced_memories() {
     let started = Instant::now();
 
     // The LTM: a whole mneme in this process.
-    let db = TestDatabase::create().await;
-    let redis = TestRedis::new();
-    let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_addr: SocketAddr = http.local_addr().unwrap();
-    let env: HashMap<String, String> = HashMap::from([
-        ("MNEME_DATABASE_URL".into(), db.app_url.clone()),
-        ("MNEME_REDIS_URL".into(), redis.url.clone()),
-        ("MNEME_REDIS_PREFIX".into(), redis.prefix.clone()),
-        ("MNEME_EMBEDDER".into(), "hash".into()),
-        ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
-        ("MNEME_CONSOLIDATION".into(), "false".into()),
-        ("MNEME_PUBLIC_URL".into(), format!("http://{http_addr}")),
-    ]);
-    let stack_config = Config::from_env(&env).expect("valid test configuration");
-    let listeners = Listeners {
-        http,
-        recall: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        remember: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    };
-    let stop = CancellationToken::new();
-    let stack = tokio::spawn(up(stack_config, listeners, stop.clone().cancelled_owned()));
-    let tenant = create_tenant(&db.store(), "acme", ALL_PERMISSIONS).await;
+    let local = LocalStack::start().await;
+    let http_addr = local.http_addr;
+    let tenant = create_tenant(&local.db.store(), "acme", ALL_PERMISSIONS).await;
 
     let rest = reqwest::Client::new();
     for (content, topic) in [
@@ -211,7 +190,8 @@ async fn the_local_proxy_serves_ltm_and_stdio_tools_with_surfaced_memories() {
         assert!(response.status().is_success(), "{}", response.status());
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    while db
+    while local
+        .db
         .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
         .await
         > 0
@@ -458,8 +438,7 @@ async fn the_local_proxy_serves_ltm_and_stdio_tools_with_surfaced_memories() {
         "{text}"
     );
 
-    stop.cancel();
-    stack.await.unwrap().unwrap();
+    local.shutdown().await;
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "took {:?}",
