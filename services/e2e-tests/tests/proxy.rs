@@ -534,6 +534,25 @@ async fn progressive_delivery_round_trips_a_megabyte_exactly_and_never_forwards_
         )
         .await;
     assert_eq!(status, 404);
+    // and /openapi.json describes them next to mneme's own.
+    let (status, openapi) = world
+        .request(
+            &world.acme.api_key,
+            reqwest::Method::GET,
+            "/openapi.json",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let path = &openapi["paths"]["/v1/tools/own__show_args"]["post"];
+    assert_eq!(path["x-mneme-upstream"], true, "{path}");
+    assert!(
+        path["requestBody"]["content"]["application/json"]["schema"]["properties"]
+            .get("_context_query")
+            .is_some()
+    );
+    assert!(openapi["paths"]["/v1/tools/recall"].is_object());
+    assert!(openapi["components"]["schemas"]["UpstreamResult"].is_object());
 
     let chars = 1_000_000;
     let expected = big_text(chars);

@@ -95,31 +95,91 @@ async fn call_tool(
     }
 }
 
-/// OpenAPI 3.1 for the caller's tools, generated from the registry.
+/// OpenAPI 3.1 for the caller's tools: the registry's, then those of the
+/// tenant's upstreams the caller may call.
 async fn openapi(
     State(app): State<App>,
     Extension(principal): Extension<Principal>,
 ) -> Json<Value> {
-    Json(openapi_document(
-        &app.public_url,
-        REGISTRY.visible(&principal),
-    ))
+    let mut document = openapi_document(&app.public_url, REGISTRY.visible(&principal));
+    add_upstream_tools(&mut document, &app.proxy.list_tools(&principal).await);
+    Json(document)
+}
+
+/// Adds `POST /v1/tools/{prefix__tool}` for upstream tools. Their answer is
+/// the MCP result as JSON; their schema definitions are namespaced by the
+/// tool's name, since two upstreams may name theirs alike.
+fn add_upstream_tools(document: &mut Value, tools: &[rmcp::model::Tool]) {
+    let mut components = Map::new();
+    let mut paths = Map::new();
+    for tool in tools {
+        let input = hoist_definitions_as(
+            &Value::Object((*tool.input_schema).clone()),
+            &mut components,
+            &format!("{}.", tool.name),
+        );
+        let error = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+        paths.insert(
+            format!("/v1/tools/{}", tool.name),
+            json!({"post": {
+                "operationId": tool.name,
+                "summary": tool.title.clone().unwrap_or_else(|| tool.name.to_string()),
+                "description": tool.description,
+                "x-mneme-upstream": true,
+                "requestBody": {"required": true, "content": {"application/json": {"schema": input}}},
+                "responses": {
+                    "200": {"description": "the upstream tool's MCP result", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/UpstreamResult"}}}},
+                    "400": error, "401": error, "403": error, "404": error, "429": error, "503": error
+                }
+            }}),
+        );
+    }
+    if tools.is_empty() {
+        return;
+    }
+    components.insert(
+        "UpstreamResult".into(),
+        json!({
+            "type": "object",
+            "required": ["content"],
+            "properties": {
+                "content": {"type": "array", "items": {"type": "object"}},
+                "structuredContent": {},
+                "isError": {"type": "boolean"}
+            }
+        }),
+    );
+    if let Some(existing) = document["paths"].as_object_mut() {
+        existing.extend(paths);
+    }
+    if let Some(existing) = document["components"]["schemas"].as_object_mut() {
+        existing.extend(components);
+    }
 }
 
 /// Moves a schema's `$defs` into `components` (OpenAPI resolves `$ref`
 /// against the whole document, not the schema).
 fn hoist_definitions(schema: &Value, components: &mut Map<String, Value>) -> Value {
-    fn rewrite(value: &mut Value) {
+    hoist_definitions_as(schema, components, "")
+}
+
+/// [`hoist_definitions`] with `namespace` in front of each component name.
+fn hoist_definitions_as(
+    schema: &Value,
+    components: &mut Map<String, Value>,
+    namespace: &str,
+) -> Value {
+    fn rewrite(value: &mut Value, namespace: &str) {
         match value {
             Value::Object(map) => {
                 if let Some(Value::String(reference)) = map.get_mut("$ref")
                     && let Some(name) = reference.strip_prefix("#/$defs/")
                 {
-                    *reference = format!("#/components/schemas/{name}");
+                    *reference = format!("#/components/schemas/{namespace}{name}");
                 }
-                map.values_mut().for_each(rewrite);
+                map.values_mut().for_each(|v| rewrite(v, namespace));
             }
-            Value::Array(items) => items.iter_mut().for_each(rewrite),
+            Value::Array(items) => items.iter_mut().for_each(|v| rewrite(v, namespace)),
             _ => {}
         }
     }
@@ -128,12 +188,12 @@ fn hoist_definitions(schema: &Value, components: &mut Map<String, Value>) -> Val
         map.remove("$schema");
         if let Some(Value::Object(definitions)) = map.remove("$defs") {
             for (name, mut definition) in definitions {
-                rewrite(&mut definition);
-                components.insert(name, definition);
+                rewrite(&mut definition, namespace);
+                components.insert(format!("{namespace}{name}"), definition);
             }
         }
     }
-    rewrite(&mut schema);
+    rewrite(&mut schema, namespace);
     schema
 }
 
@@ -211,6 +271,14 @@ mod tests {
         );
         assert!(hoisted.get("$defs").is_none() && hoisted.get("$schema").is_none());
         assert_eq!(components["Kind"]["enum"], json!(["a", "b"]));
+
+        // Upstream tools' definitions are namespaced: two may name theirs alike.
+        let hoisted = hoist_definitions_as(&schema, &mut components, "gh__search.");
+        assert_eq!(
+            hoisted["properties"]["kind"]["$ref"],
+            "#/components/schemas/gh__search.Kind"
+        );
+        assert!(components.contains_key("gh__search.Kind") && components.contains_key("Kind"));
     }
 
     #[test]
