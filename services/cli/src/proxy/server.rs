@@ -533,9 +533,9 @@ impl Proxy {
         });
         match self.pool.call(&spec, request, read_only).await {
             Ok(result) => Ok(result),
-            // The LTM's own JSON-RPC error stays one.
-            Err(CallError::Refused(message)) => {
-                Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, message, None))
+            // The LTM's own JSON-RPC error stays one, with its code.
+            Err(CallError::Refused { code, message }) => {
+                Err(ErrorData::new(ErrorCode(code), message, None))
             }
             Err(error) => Ok(tool_error(
                 "unavailable",

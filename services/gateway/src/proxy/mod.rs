@@ -936,7 +936,7 @@ fn failure(error: &CallError, compression: &str) -> CallToolResult {
         CallError::Timeout(_) => "timeout",
         CallError::Unavailable(_) => "unavailable",
         CallError::Blocked(_) => "blocked",
-        CallError::Refused(_) => "refused",
+        CallError::Refused { .. } => "refused",
     };
     METRICS
         .proxy_calls

@@ -180,9 +180,9 @@ pub enum CallError {
     Unavailable(String),
     #[error("{0}")]
     Blocked(#[from] SsrfError),
-    /// The upstream answered with a JSON-RPC error.
-    #[error("the upstream refused the call: {0}")]
-    Refused(String),
+    /// The upstream answered with a JSON-RPC error (its code and message).
+    #[error("the upstream refused the call: {message}")]
+    Refused { code: i32, message: String },
 }
 
 /// What a pod knows about one upstream's health.
@@ -421,9 +421,7 @@ impl Pool {
             let wait = remaining.min(spec.limits.call_timeout);
             match tokio::time::timeout(wait, connection.peer().list_all_tools()).await {
                 Err(_) => Err(CallError::Timeout(wait)),
-                Ok(Err(ServiceError::McpError(error))) => {
-                    Err(CallError::Refused(error.message.to_string()))
-                }
+                Ok(Err(ServiceError::McpError(error))) => Err(refused(&error)),
                 Ok(Err(error)) => {
                     *entry.connection.lock().await = None;
                     Err(CallError::Unavailable(transport_message(&error)))
@@ -489,7 +487,7 @@ impl Pool {
     ) -> Attempt {
         let connection = match self.connection(entry, spec, deadline).await {
             Ok(connection) => connection,
-            Err(error @ (CallError::Blocked(_) | CallError::Refused(_))) => {
+            Err(error @ (CallError::Blocked(_) | CallError::Refused { .. })) => {
                 return Attempt::Done(Err(error));
             }
             Err(error) => return Attempt::NotSent(error.to_string()),
@@ -499,9 +497,7 @@ impl Pool {
         match tokio::time::timeout(wait, connection.peer().call_tool(params.clone())).await {
             Err(_) => Attempt::MaybeSent(CallError::Timeout(wait)),
             Ok(Ok(result)) => Attempt::Done(Ok(result)),
-            Ok(Err(ServiceError::McpError(error))) => {
-                Attempt::Done(Err(CallError::Refused(error.message.to_string())))
-            }
+            Ok(Err(ServiceError::McpError(error))) => Attempt::Done(Err(refused(&error))),
             Ok(Err(error @ ServiceError::TransportSend(_))) => {
                 *entry.connection.lock().await = None;
                 Attempt::NotSent(transport_message(&error))
@@ -672,6 +668,14 @@ fn spawn(command: &StdioCommand) -> Result<TokioChildProcess, String> {
         .spawn()
         .map(|(transport, _)| transport)
         .map_err(|error| format!("`{}` could not be started: {error}", command.program))
+}
+
+/// The upstream's JSON-RPC error, code kept.
+fn refused(error: &rmcp::ErrorData) -> CallError {
+    CallError::Refused {
+        code: error.code.0,
+        message: error.message.to_string(),
+    }
 }
 
 /// A transport failure, described without anything the upstream sent.
