@@ -22,6 +22,19 @@ async fn harness() -> Harness {
     Harness::with_recall_config(Arc::new(HashEmbedder::new(384)), settings).await
 }
 
+/// The floor is learnt per hour of the day, so recalls that must land in
+/// one bucket cannot straddle the turn of an hour: this waits past a turn
+/// that is less than 15 s away.
+async fn clear_of_the_hour_turn() {
+    use chrono::Timelike as _;
+    let now = chrono::Utc::now();
+    let into_hour = now.minute() * 60 + now.second();
+    if into_hour >= 3600 - 15 {
+        let wait = u64::from(3600 - into_hour) + 1;
+        tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+    }
+}
+
 fn search(text: &str) -> RecallRequest {
     RecallRequest {
         text: Some(text.into()),
@@ -47,6 +60,7 @@ async fn many_results_raise_the_floor_after_the_warm_up_and_only_for_that_key() 
             .await;
     }
     h.embed_all().await;
+    clear_of_the_hour_turn().await;
     for round in 1..=4 {
         let returned = h.recall(search("backup job orders database")).await;
         assert_eq!(returned.fragments.len(), 10, "round {round}");
@@ -81,6 +95,7 @@ async fn many_results_raise_the_floor_after_the_warm_up_and_only_for_that_key() 
 #[tokio::test]
 async fn empty_results_lower_the_floor_and_a_learned_floor_filters_the_vector_layer() {
     let h = harness().await;
+    clear_of_the_hour_turn().await;
     for _ in 0..3 {
         assert!(
             h.recall(search("nothing is stored yet"))
