@@ -201,12 +201,15 @@ impl RecallServer {
         };
         let found = self.search(&tx, &query, vector_floor).await?;
         let signals = symbolic::Signals::capture(&self.settings.symbolic, &query, &found.rows, now);
+        // Recency is scored at the walk's snapshot, not the wall clock: the
+        // pages of one cursor walk must rank alike, and ages in whole
+        // seconds would otherwise reorder near-ties between two pages.
         let mut ranked = rank::rank(
             found.rows,
             &found.candidates,
             &self.settings.weights,
             query.threshold,
-            now,
+            query.snapshot,
         );
         if let (Some(reranker), Some(text)) = (&self.reranker, &query.text) {
             ranked = reranker.rerank(text, ranked).await;
