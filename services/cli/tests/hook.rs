@@ -83,37 +83,23 @@ async fn the_hook_adds_the_related_memory_and_fails_open_when_the_gateway_is_gon
     let http_addr = local.http_addr;
     let tenant = create_tenant(&local.db.store(), "acme", ALL_PERMISSIONS).await;
 
-    let client = reqwest::Client::new();
-    for (content, topic) in [
-        (
-            "The JWT handler in src/auth/jwt_handler.rs validates access tokens with RS256 \
+    local
+        .remember_all(
+            tenant.tenant_id,
+            &tenant.api_key,
+            &[
+                (
+                    "The JWT handler in src/auth/jwt_handler.rs validates access tokens with RS256 \
              and allows 30 seconds of clock leeway.",
-            "auth",
-        ),
-        (
-            "The office coffee machine on the third floor is descaled every Friday.",
-            "office",
-        ),
-    ] {
-        let response = client
-            .post(format!("http://{http_addr}/v1/tools/remember"))
-            .bearer_auth(&tenant.api_key)
-            .json(&json!({"content": content, "topic": topic, "type": "fact"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success());
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while local
-        .db
-        .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
-        .await
-        > 0
-    {
-        assert!(Instant::now() < deadline, "embeddings did not complete");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+                    "auth",
+                ),
+                (
+                    "The office coffee machine on the third floor is descaled every Friday.",
+                    "office",
+                ),
+            ],
+        )
+        .await;
 
     let hook_env = [
         ("MNEME_HOOK_URL", format!("http://{http_addr}")),

@@ -172,33 +172,19 @@ async fn the_local_proxy_serves_ltm_and_stdio_tools_with_surfaced_memories() {
     let http_addr = local.http_addr;
     let tenant = create_tenant(&local.db.store(), "acme", ALL_PERMISSIONS).await;
 
-    let rest = reqwest::Client::new();
-    for (content, topic) in [
-        (JWT_MEMORY, "auth"),
-        (
-            "The office coffee machine on the third floor is descaled every Friday.",
-            "office",
-        ),
-    ] {
-        let response = rest
-            .post(format!("http://{http_addr}/v1/tools/remember"))
-            .bearer_auth(&tenant.api_key)
-            .json(&json!({"content": content, "topic": topic, "type": "fact"}))
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success(), "{}", response.status());
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while local
-        .db
-        .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
-        .await
-        > 0
-    {
-        assert!(Instant::now() < deadline, "embeddings did not complete");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    local
+        .remember_all(
+            tenant.tenant_id,
+            &tenant.api_key,
+            &[
+                (JWT_MEMORY, "auth"),
+                (
+                    "The office coffee machine on the third floor is descaled every Friday.",
+                    "office",
+                ),
+            ],
+        )
+        .await;
 
     // The user's project and the proxy's file.
     let home = TempDir::new();

@@ -56,6 +56,40 @@ impl LocalStack {
         }
     }
 
+    /// Stores memories with `api_key` through `POST /v1/tools/remember` and
+    /// waits until all of the tenant's memories have embeddings.
+    pub(crate) async fn remember_all(
+        &self,
+        tenant_id: uuid::Uuid,
+        api_key: &str,
+        memories: &[(&str, &str)],
+    ) {
+        let client = reqwest::Client::new();
+        for (content, topic) in memories {
+            let response = client
+                .post(format!("http://{}/v1/tools/remember", self.http_addr))
+                .bearer_auth(api_key)
+                .json(&serde_json::json!({"content": content, "topic": topic, "type": "fact"}))
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{}", response.status());
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self
+            .db
+            .count_in_tenant(tenant_id, "embedding IS NULL")
+            .await
+            > 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "embeddings did not complete"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     /// Stops every service; fails when one ended with an error.
     pub(crate) async fn shutdown(self) {
         self.stop.cancel();
