@@ -385,16 +385,25 @@ impl Proxy {
         limits
     }
 
+    /// Whether an upstream tool is offered: not hidden, and its exposed
+    /// name within the limit.
+    fn exposes(&self, upstream: &Active, tool: &Tool) -> bool {
+        !upstream.hidden(&tool.name)
+            && naming::exposable(
+                &upstream.row.settings.prefix,
+                &tool.name,
+                self.config.client_prefix_chars,
+            )
+            .is_ok()
+    }
+
     /// The proxied tools of one upstream, as listed to clients.
     async fn listed(&self, upstream: &Active) -> Result<Vec<Listed>, CallError> {
         let tools = self.pool.tools(&upstream.spec).await?;
         let prefix = &upstream.row.settings.prefix;
         Ok(tools
             .iter()
-            .filter(|tool| !upstream.hidden(&tool.name))
-            .filter(|tool| {
-                naming::exposable(prefix, &tool.name, self.config.client_prefix_chars).is_ok()
-            })
+            .filter(|tool| self.exposes(upstream, tool))
             .map(|tool| {
                 let exposed = naming::exposed_name(prefix, &tool.name);
                 let suffix = (upstream.compression(&tool.name, &self.config) == "progressive")
@@ -415,14 +424,9 @@ impl Proxy {
                 if self.config.advertise_context_query {
                     listed.input_schema = Arc::new(naming::with_context_query(&tool.input_schema));
                 }
-                let read_only = tool
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.read_only_hint)
-                    .unwrap_or(false);
                 Listed {
                     tool: listed,
-                    read_only,
+                    read_only: read_only(tool),
                 }
             })
             .collect())
@@ -474,20 +478,22 @@ impl Proxy {
         if upstream.hidden(tool_name) {
             return None;
         }
-        let listed = match self.listed(&upstream).await {
-            Ok(listed) => listed,
+        // The upstream's own entry (cached): renaming and describing every
+        // tool, as listing does, is not needed to call one.
+        let tools = match self.pool.tools(&upstream.spec).await {
+            Ok(tools) => tools,
             Err(error) => return Some(Ok(failure(&error, "none"))),
         };
-        let listed = listed.into_iter().find(|l| l.tool.name == name)?;
-        if let Err(error) = crate::tools::authorize_proxied(name, listed.read_only, principal) {
+        let tool = tools
+            .iter()
+            .find(|t| t.name == tool_name && self.exposes(&upstream, t))?;
+        if let Err(error) = crate::tools::authorize_proxied(name, read_only(tool), principal) {
             return Some(Err(error));
         }
         // Upstreams are named by id in traces: names are the tenant's words.
         let span = tracing::info_span!("proxy_call", upstream = %upstream.row.id, tool = tool_name);
         Some(Ok(self
-            .run(
-                surfacer, principal, &upstream, &listed, tool_name, arguments,
-            )
+            .run(surfacer, principal, &upstream, tool, tool_name, arguments)
             .instrument(span)
             .await))
     }
@@ -498,14 +504,14 @@ impl Proxy {
         surfacer: &Surfacer,
         principal: &Principal,
         upstream: &Active,
-        listed: &Listed,
+        tool: &Tool,
         tool_name: &str,
         mut arguments: JsonObject,
     ) -> CallToolResult {
         let started = Instant::now();
         let context_query = take_context_query(&mut arguments);
         let compression = upstream.compression(tool_name, &self.config).to_owned();
-        let annotations = listed.tool.annotations.as_ref();
+        let annotations = tool.annotations.as_ref();
         let annotations = ToolAnnotations {
             read_only: annotations.and_then(|a| a.read_only_hint),
             destructive: annotations.and_then(|a| a.destructive_hint),
@@ -515,7 +521,7 @@ impl Proxy {
                 upstream,
                 tool_name,
                 &arguments,
-                listed.read_only,
+                read_only(tool),
                 &compression,
             )
             .await
@@ -880,6 +886,15 @@ impl Proxy {
             Outcome::Skipped(_) => None,
         }
     }
+}
+
+/// Whether an upstream tool says it only reads (unannotated tools may
+/// write).
+fn read_only(tool: &Tool) -> bool {
+    tool.annotations
+        .as_ref()
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false)
 }
 
 /// Characters of a result's text items.
