@@ -13,12 +13,14 @@
 //! (rate window, cooldown, dedup and invalidation of active surfacing),
 //! [`proxy`] (progressive results, the upstream result cache and the
 //! upstream-change channel).
-//! [`sessions`] (MCP session records), [`rate_limit`] (shared request
+//! [`sessions`] (MCP session records and each tenant's index of them),
+//! [`admin`] (dashboard sign-ins), [`rate_limit`] (shared request
 //! counters) and [`relay`] (messages for a connection another process
 //! holds) are the exceptions: they report Redis failures, because the
 //! gateway degrades differently when Redis is down than when a key is absent.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod proxy;
 pub mod rate_limit;
 pub mod relay;

@@ -89,7 +89,72 @@ impl Cache {
         self.client
             .set::<(), _, _>(key, value, Some(Expiration::PX(millis(ttl))), None, false)
             .await?;
+        // The tenant's index of sessions, for the admin dashboard. Entries
+        // whose record expired are dropped when the index is read.
+        let index = self.key(&["tsess", &record.tenant_id]);
+        let _: () = self
+            .client
+            .zadd(
+                &index,
+                None,
+                None,
+                false,
+                false,
+                (record.created_at_ms as f64, id),
+            )
+            .await?;
+        let _: () = self.client.pexpire(&index, millis(ttl), None).await?;
         Ok(())
+    }
+
+    /// The tenant's live sessions (at most `limit`, newest first), each with
+    /// the time its record has left to live (so when it was last used).
+    pub async fn tenant_sessions(
+        &self,
+        tenant_id: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, SessionRecord, Duration)>, CacheError> {
+        let index = self.key(&["tsess", tenant_id]);
+        let ids: Vec<String> = self
+            .client
+            .zrange(
+                &index,
+                "+inf",
+                "-inf",
+                Some(fred::types::sorted_sets::ZSort::ByScore),
+                true,
+                None,
+                false,
+            )
+            .await?;
+        let mut sessions = Vec::new();
+        let mut gone = Vec::new();
+        for id in ids {
+            let (key, _) = self.session_keys(&id);
+            let raw: Option<String> = self.client.get(&key).await?;
+            let record = raw.and_then(|raw| serde_json::from_str::<SessionRecord>(&raw).ok());
+            match record {
+                Some(record) if !record.closed && record.tenant_id == tenant_id => {
+                    let left: i64 = self.client.pttl(&key).await?;
+                    if sessions.len() < limit {
+                        let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
+                        sessions.push((id, record, left));
+                    }
+                }
+                _ => gone.push(id),
+            }
+        }
+        if !gone.is_empty() {
+            let _: () = self.client.zrem(&index, gone).await?;
+        }
+        Ok(sessions)
+    }
+
+    /// The record of a session, without extending it.
+    pub async fn session_record(&self, id: &str) -> Result<Option<SessionRecord>, CacheError> {
+        let (key, _) = self.session_keys(id);
+        let raw: Option<String> = self.client.get(key).await?;
+        Ok(raw.and_then(|raw| serde_json::from_str(&raw).ok()))
     }
 
     /// The transport's saved state of the session (rmcp's `SessionState`,

@@ -518,8 +518,18 @@ pub struct GatewayConfig {
     pub sessions: SessionConfig,
     pub rate_limits: RateLimitConfig,
     pub oauth: OAuthConfig,
+    pub admin: AdminConfig,
     /// Caller-supplied URLs may point at private addresses (tests only).
     pub outbound_allow_private: bool,
+}
+
+/// The admin dashboard and its API.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// Idle lifetime of a sign-in.
+    pub session_ttl: Duration,
+    /// Most lines of one memory import.
+    pub import_max_lines: usize,
 }
 
 /// The OAuth authorization server's keys and lifetimes.
@@ -912,6 +922,10 @@ impl Config {
                 require_resource: r.flag(settings::OAUTH_REQUIRE_RESOURCE),
                 clock_skew: Duration::from_secs(r.value(settings::OAUTH_CLOCK_SKEW_SECS)),
                 register_per_ip: r.positive_u32(settings::RATE_LIMIT_REGISTER_IP),
+            },
+            admin: AdminConfig {
+                session_ttl: r.secs(settings::ADMIN_SESSION_TTL_SECS),
+                import_max_lines: r.positive(settings::ADMIN_IMPORT_MAX_LINES),
             },
             rate_limits: RateLimitConfig {
                 window: r.secs(settings::RATE_LIMIT_WINDOW_SECS),

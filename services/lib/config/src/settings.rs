@@ -119,6 +119,12 @@ settings! {
         OUTBOUND_ALLOW_PRIVATE = "MNEME_OUTBOUND_ALLOW_PRIVATE", Some("false"),
             "Let mneme fetch URLs that callers supply (OAuth client metadata documents) on loopback, private and link-local addresses and over plain http. Only for tests and closed networks: it opens the door to server-side request forgery.";
     }
+    "Admin dashboard" {
+        ADMIN_SESSION_TTL_SECS = "MNEME_ADMIN_SESSION_TTL_SECS", Some("28800"),
+            "Idle lifetime of a dashboard sign-in, in seconds (8 hours); every request extends it. Disabling the person or revoking their role ends it at once.";
+        ADMIN_IMPORT_MAX_LINES = "MNEME_ADMIN_IMPORT_MAX_LINES", Some("10000"),
+            "Most NDJSON lines one memory import through the admin API may carry (each is validated and counted against the key's fragment quota like a `remember`).";
+    }
     "Internal authentication" {
         INTERNAL_TOKEN = "MNEME_INTERNAL_TOKEN", None,
             "Shared secret (at least 32 characters) that signs the caller's principal on gateway→backend calls. Required for separate services; `mneme up` generates one per process when unset.";

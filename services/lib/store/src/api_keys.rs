@@ -266,3 +266,78 @@ pub async fn set_fragment_limit(
         .await?
         == 1)
 }
+
+/// A key of the transaction's tenant, whatever its status.
+pub async fn find(tx: &TenantTx<'_>, key_id: Uuid) -> Result<Option<ApiKey>> {
+    tx.query_opt(
+        &format!("SELECT {COLUMNS} FROM mneme.api_keys WHERE tenant_id = $1 AND id = $2"),
+        &[&tx.tenant_id(), &key_id],
+    )
+    .await?
+    .map(ApiKey::try_from)
+    .transpose()
+}
+
+/// What an administrator may change on a key: `None` leaves a field as it
+/// is, `Some(None)` clears an optional one.
+#[derive(Debug, Clone, Default)]
+pub struct KeyChanges {
+    pub name: Option<String>,
+    pub permissions: Option<Vec<Permission>>,
+    pub default_workspace: Option<Option<String>>,
+    pub default_mode: Option<Option<String>>,
+    pub fragment_limit: Option<Option<i32>>,
+    pub daily_call_limit: Option<Option<i32>>,
+    pub rate_limit: Option<Option<i32>>,
+    pub expires_at: Option<Option<DateTime<Utc>>>,
+}
+
+/// Applies `changes` to a key of the transaction's tenant; `None` when
+/// there is no such key. A taken name fails with a unique violation.
+pub async fn update(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    changes: &KeyChanges,
+) -> Result<Option<ApiKey>> {
+    let permissions: Option<Vec<&str>> = changes
+        .permissions
+        .as_ref()
+        .map(|p| p.iter().map(|p| p.as_str()).collect());
+    // Each optional column has a "set it" flag, so NULL can be written.
+    let row = tx
+        .query_opt(
+            &format!(
+                "UPDATE mneme.api_keys SET
+                     name = COALESCE($3, name),
+                     permissions = COALESCE($4, permissions),
+                     default_workspace = CASE WHEN $5 THEN $6 ELSE default_workspace END,
+                     default_mode = CASE WHEN $7 THEN $8 ELSE default_mode END,
+                     fragment_limit = CASE WHEN $9 THEN $10 ELSE fragment_limit END,
+                     daily_call_limit = CASE WHEN $11 THEN $12 ELSE daily_call_limit END,
+                     rate_limit = CASE WHEN $13 THEN $14 ELSE rate_limit END,
+                     expires_at = CASE WHEN $15 THEN $16 ELSE expires_at END
+                  WHERE tenant_id = $1 AND id = $2
+                  RETURNING {COLUMNS}"
+            ),
+            &[
+                &tx.tenant_id(),
+                &key_id,
+                &changes.name,
+                &permissions,
+                &changes.default_workspace.is_some(),
+                &changes.default_workspace.clone().flatten(),
+                &changes.default_mode.is_some(),
+                &changes.default_mode.clone().flatten(),
+                &changes.fragment_limit.is_some(),
+                &changes.fragment_limit.flatten(),
+                &changes.daily_call_limit.is_some(),
+                &changes.daily_call_limit.flatten(),
+                &changes.rate_limit.is_some(),
+                &changes.rate_limit.flatten(),
+                &changes.expires_at.is_some(),
+                &changes.expires_at.flatten(),
+            ],
+        )
+        .await?;
+    row.map(ApiKey::try_from).transpose()
+}

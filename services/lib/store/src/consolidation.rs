@@ -774,3 +774,39 @@ pub async fn mark_supersession_reviewed(
         )
         .await?)
 }
+
+/// A stored run, as the history shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRun {
+    pub id: Uuid,
+    pub trigger: String,
+    pub dry_run: bool,
+    pub status: String,
+    pub stages: serde_json::Value,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+/// The tenant's newest runs.
+pub async fn recent_runs(tx: &TenantTx<'_>, limit: i64) -> Result<Vec<RecordedRun>> {
+    let rows = tx
+        .query(
+            "SELECT id, trigger, dry_run, status, stages, started_at, finished_at
+               FROM mneme.consolidation_runs WHERE tenant_id = $1
+              ORDER BY started_at DESC LIMIT $2",
+            &[&tx.tenant_id(), &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| RecordedRun {
+            id: r.get("id"),
+            trigger: r.get("trigger"),
+            dry_run: r.get("dry_run"),
+            status: r.get("status"),
+            stages: r.get("stages"),
+            started_at: r.get("started_at"),
+            finished_at: r.get("finished_at"),
+        })
+        .collect())
+}

@@ -1183,3 +1183,139 @@ pub async fn resolve_error(tx: &TenantTx<'_>, id: Uuid) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// Filters of [`browse`]: the admin dashboard's memory browser, over the
+/// whole tenant (every key), newest first.
+#[derive(Debug, Clone, Default)]
+pub struct BrowseFilter<'a> {
+    /// A substring of the content, topic or a keyword (case-insensitive).
+    pub text: Option<&'a str>,
+    pub fragment_type: Option<&'a str>,
+    pub topic: Option<&'a str>,
+    pub key_id: Option<Uuid>,
+    pub workspace: Option<&'a str>,
+    /// Also superseded and forgotten-by-validity fragments.
+    pub include_invalid: bool,
+    /// Continue after this (created_at, id), from the previous page.
+    pub after: Option<(DateTime<Utc>, Uuid)>,
+}
+
+/// One page of the tenant's fragments matching `filter`.
+pub async fn browse(
+    tx: &TenantTx<'_>,
+    filter: &BrowseFilter<'_>,
+    limit: i64,
+) -> Result<Vec<Fragment>> {
+    let pattern = filter.text.map(|text| {
+        format!(
+            "%{}%",
+            text.replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        )
+    });
+    let (after_at, after_id) = filter.after.unzip();
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {FRAGMENT_COLUMNS} FROM mneme.fragments f
+                  WHERE f.tenant_id = $1
+                    AND ($2::text IS NULL OR f.content ILIKE $2 OR f.topic ILIKE $2
+                         OR EXISTS (SELECT 1 FROM unnest(f.keywords) k WHERE k ILIKE $2))
+                    AND ($3::text IS NULL OR f.type = $3)
+                    AND ($4::text IS NULL OR f.topic = $4)
+                    AND ($5::uuid IS NULL OR f.key_id = $5)
+                    AND ($6::text IS NULL OR f.workspace = $6)
+                    AND ($7 OR f.valid_to IS NULL)
+                    AND ($8::timestamptz IS NULL OR (f.created_at, f.id) < ($8, $9))
+                  ORDER BY f.created_at DESC, f.id DESC
+                  LIMIT $10"
+            ),
+            &[
+                &tx.tenant_id(),
+                &pattern,
+                &filter.fragment_type,
+                &filter.topic,
+                &filter.key_id,
+                &filter.workspace,
+                &filter.include_invalid,
+                &after_at,
+                &after_id,
+                &limit,
+            ],
+        )
+        .await?;
+    Ok(rows.into_iter().map(Fragment::from).collect())
+}
+
+/// Counts of the tenant's valid fragments, for the dashboard.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Census {
+    pub total: i64,
+    pub pending_embedding: i64,
+    pub by_type: Vec<(String, i64)>,
+    pub by_key: Vec<(Uuid, i64)>,
+    /// The largest topics (at most 20).
+    pub by_topic: Vec<(String, i64)>,
+}
+
+pub async fn census(tx: &TenantTx<'_>) -> Result<Census> {
+    let tenant = tx.tenant_id();
+    let totals = tx
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL)
+               FROM mneme.fragments WHERE tenant_id = $1 AND valid_to IS NULL",
+            &[&tenant],
+        )
+        .await?;
+    let grouped = |column: &'static str, limit: i64| async move {
+        tx.query(
+            &format!(
+                "SELECT {column}, count(*) FROM mneme.fragments
+                  WHERE tenant_id = $1 AND valid_to IS NULL
+                  GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2"
+            ),
+            &[&tenant, &limit],
+        )
+        .await
+    };
+    let by_type = grouped("type", 20).await?;
+    let by_key = grouped("key_id", 1000).await?;
+    let by_topic = grouped("topic", 20).await?;
+    Ok(Census {
+        total: totals.get(0),
+        pending_embedding: totals.get(1),
+        by_type: by_type.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        by_key: by_key.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        by_topic: by_topic.iter().map(|r| (r.get(0), r.get(1))).collect(),
+    })
+}
+
+/// The most important valid fragments of the tenant (optionally of one
+/// topic or key): the nodes of the dashboard's knowledge graph. Linked
+/// fragments come first, so the graph shows structure rather than a cloud
+/// of isolated points.
+pub async fn graph_nodes(
+    tx: &TenantTx<'_>,
+    topic: Option<&str>,
+    key_id: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Fragment>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {FRAGMENT_COLUMNS} FROM mneme.fragments f
+                  WHERE f.tenant_id = $1 AND f.valid_to IS NULL
+                    AND ($2::text IS NULL OR f.topic = $2)
+                    AND ($3::uuid IS NULL OR f.key_id = $3)
+                  ORDER BY EXISTS (SELECT 1 FROM mneme.fragment_links l
+                                    WHERE l.tenant_id = $1 AND l.deleted_at IS NULL
+                                      AND (l.from_id = f.id OR l.to_id = f.id)) DESC,
+                           f.importance DESC, f.created_at DESC
+                  LIMIT $4"
+            ),
+            &[&tx.tenant_id(), &topic, &key_id, &limit],
+        )
+        .await?;
+    Ok(rows.into_iter().map(Fragment::from).collect())
+}

@@ -13,7 +13,8 @@
 //!   [`oauth`] (OAuth clients and refresh tokens), [`users`] (people who
 //!   sign in), [`surfacing`] (surfacing events, ratings and tuned
 //!   thresholds), [`upstreams`] (tenants' upstream MCP servers behind the
-//!   proxy);
+//!   proxy), [`platform_admins`] (operators of the whole service),
+//!   [`admin_audit`] (the admin API's audit log);
 //!   [`stats`] aggregates them read-only.
 //!
 //! Every query on tenant-owned data runs inside a [`TenantTx`]: a
@@ -23,6 +24,7 @@
 //! any other way.
 #![forbid(unsafe_code)]
 
+pub mod admin_audit;
 pub mod api_keys;
 pub mod cases;
 pub mod claims;
@@ -33,6 +35,7 @@ pub mod key_groups;
 pub mod links;
 pub mod migrate;
 pub mod oauth;
+pub mod platform_admins;
 pub mod search_events;
 pub mod search_thresholds;
 pub mod stats;

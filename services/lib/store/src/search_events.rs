@@ -51,3 +51,57 @@ pub async fn record(tx: &TenantTx<'_>, event: &SearchEvent<'_>) -> Result<i64> {
         .await?
         .get(0))
 }
+
+/// Recalls of one UTC day, for the dashboard's analytics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DailySearches {
+    pub day: chrono::NaiveDate,
+    pub searches: i64,
+    pub zero_results: i64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+pub async fn daily(
+    tx: &TenantTx<'_>,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<DailySearches>> {
+    let rows = tx
+        .query(
+            "SELECT (created_at AT TIME ZONE 'UTC')::date AS day, count(*) AS searches,
+                    count(*) FILTER (WHERE result_count = 0) AS zero_results,
+                    percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50,
+                    percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) AS p95
+               FROM mneme.search_events
+              WHERE tenant_id = $1 AND created_at >= $2
+              GROUP BY 1 ORDER BY 1",
+            &[&tx.tenant_id(), &since],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| DailySearches {
+            day: r.get("day"),
+            searches: r.get("searches"),
+            zero_results: r.get("zero_results"),
+            p50_ms: r.get("p50"),
+            p95_ms: r.get("p95"),
+        })
+        .collect())
+}
+
+/// Recalls since `since` by query type.
+pub async fn by_type(
+    tx: &TenantTx<'_>,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<(String, i64)>> {
+    let rows = tx
+        .query(
+            "SELECT query_type, count(*) FROM mneme.search_events
+              WHERE tenant_id = $1 AND created_at >= $2
+              GROUP BY 1 ORDER BY 2 DESC",
+            &[&tx.tenant_id(), &since],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}

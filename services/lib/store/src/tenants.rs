@@ -68,6 +68,16 @@ pub async fn find_by_name(client: &impl GenericClient, name: &str) -> Result<Opt
     Ok(row.map(Tenant::from))
 }
 
+pub async fn find(client: &impl GenericClient, id: Uuid) -> Result<Option<Tenant>> {
+    let row = client
+        .query_opt(
+            "SELECT id, name, status, created_at FROM mneme.tenants WHERE id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(Tenant::from))
+}
+
 pub async fn list(client: &impl GenericClient) -> Result<Vec<Tenant>> {
     let rows = client
         .query(

@@ -36,3 +36,43 @@ pub async fn tool_calls(tx: &TenantTx<'_>, key_id: Uuid, day: NaiveDate) -> Resu
         .await?;
     Ok(row.map_or(0, |row| row.get(0)))
 }
+
+/// Tool calls of the whole tenant per day since `since` (days without calls
+/// are absent).
+pub async fn daily_totals(tx: &TenantTx<'_>, since: NaiveDate) -> Result<Vec<(NaiveDate, i64)>> {
+    let rows = tx
+        .query(
+            "SELECT day, sum(tool_calls)::bigint FROM mneme.api_key_usage
+              WHERE tenant_id = $1 AND day >= $2 GROUP BY day ORDER BY day",
+            &[&tx.tenant_id(), &since],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Each key's recorded tool calls on `day`.
+pub async fn per_key(tx: &TenantTx<'_>, day: NaiveDate) -> Result<Vec<(Uuid, i64)>> {
+    let rows = tx
+        .query(
+            "SELECT key_id, tool_calls FROM mneme.api_key_usage WHERE tenant_id = $1 AND day = $2",
+            &[&tx.tenant_id(), &day],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// One key's tool calls per day since `since`.
+pub async fn key_daily(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    since: NaiveDate,
+) -> Result<Vec<(NaiveDate, i64)>> {
+    let rows = tx
+        .query(
+            "SELECT day, tool_calls FROM mneme.api_key_usage
+              WHERE tenant_id = $1 AND key_id = $2 AND day >= $3 ORDER BY day",
+            &[&tx.tenant_id(), &key_id, &since],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}

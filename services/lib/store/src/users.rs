@@ -156,3 +156,72 @@ pub async fn record_sign_in(tx: &TenantTx<'_>, user_id: Uuid) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// A user of the transaction's tenant.
+pub async fn find(tx: &TenantTx<'_>, user_id: Uuid) -> Result<Option<User>> {
+    tx.query_opt(
+        &format!("SELECT {COLUMNS} FROM mneme.users WHERE tenant_id = $1 AND id = $2"),
+        &[&tx.tenant_id(), &user_id],
+    )
+    .await?
+    .as_ref()
+    .map(User::try_from)
+    .transpose()
+}
+
+/// Whether the user still exists and is active (checked on each request of
+/// a dashboard session, so disabling someone ends their sessions).
+pub async fn is_active(tx: &TenantTx<'_>, user_id: Uuid) -> Result<Option<Role>> {
+    let row = tx
+        .query_opt(
+            "SELECT role FROM mneme.users WHERE tenant_id = $1 AND id = $2 AND status = 'active'",
+            &[&tx.tenant_id(), &user_id],
+        )
+        .await?;
+    Ok(row.and_then(|row| Role::parse(row.get(0))))
+}
+
+/// Changes a user's role, status or password (each `None` stays).
+pub async fn update(
+    tx: &TenantTx<'_>,
+    user_id: Uuid,
+    role: Option<Role>,
+    status: Option<&str>,
+    password_hash: Option<&str>,
+) -> Result<Option<User>> {
+    let row = tx
+        .query_opt(
+            &format!(
+                "UPDATE mneme.users SET
+                     role = COALESCE($3, role),
+                     status = COALESCE($4, status),
+                     password_hash = COALESCE($5, password_hash),
+                     password_changed_at = CASE WHEN $5 IS NULL THEN password_changed_at
+                                                ELSE now() END
+                  WHERE tenant_id = $1 AND id = $2
+                  RETURNING {COLUMNS}"
+            ),
+            &[
+                &tx.tenant_id(),
+                &user_id,
+                &role.map(Role::as_str),
+                &status,
+                &password_hash,
+            ],
+        )
+        .await?;
+    row.as_ref().map(User::try_from).transpose()
+}
+
+/// How many active owners the tenant has (the last one may not be demoted
+/// or disabled).
+pub async fn active_owners(tx: &TenantTx<'_>) -> Result<i64> {
+    Ok(tx
+        .query_one(
+            "SELECT count(*) FROM mneme.users
+              WHERE tenant_id = $1 AND role = 'owner' AND status = 'active'",
+            &[&tx.tenant_id()],
+        )
+        .await?
+        .get(0))
+}
