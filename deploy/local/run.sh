@@ -41,12 +41,23 @@ if [[ -z "$key" ]]; then
     (umask 077 && printf '%s\n' "$key" >"$key_file")
 fi
 
+# The dashboard's local owner: created once, its password kept 0600 beside
+# the key.
+owner_email="${MNEME_LOCAL_OWNER_EMAIL:-owner@$tenant.localhost}"
+password_file="$MNEME_STATE_DIR/local-dashboard-password"
+if ! "$mneme" users list --tenant "$tenant" | cut -f2 | grep -qx "$owner_email"; then
+    password="$("$mneme" users create --tenant "$tenant" --email "$owner_email" --role owner --generate-password | tail -n1)"
+    (umask 077 && printf '%s\n' "$password" >"$password_file")
+fi
+
 public_url="${MNEME_PUBLIC_URL:-http://${MNEME_HTTP_ADDR:-127.0.0.1:8080}}"
 cat <<INFO
 
   MCP endpoint:  ${public_url%/}/mcp
   API key:       $key
   (send it as "Authorization: Bearer <key>"; it is stored in $key_file)
+  Dashboard:     ${public_url%/}/admin
+  Sign in as:    $owner_email (password in $password_file)
 
 INFO
 exec "$mneme" up

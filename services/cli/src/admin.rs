@@ -7,7 +7,7 @@ use mneme_store::api_keys::{self, NewKey};
 use mneme_store::{Store, TenantTx, migrate, tenants, users};
 use uuid::Uuid;
 
-use crate::{KeysCommand, TenantsCommand, UsersCommand};
+use crate::{AdminsCommand, KeysCommand, TenantsCommand, UsersCommand};
 
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
     let applied = migrate::run(config.database.migrate_url.expose()).await?;
@@ -329,6 +329,65 @@ pub async fn users(config: &Config, command: UsersCommand) -> anyhow::Result<()>
                 anyhow::bail!("no user `{email}` in tenant `{tenant}`");
             }
             tx.commit().await?;
+            println!("password of {email} replaced");
+            if generated {
+                println!("{password}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn admins(config: &Config, command: AdminsCommand) -> anyhow::Result<()> {
+    use mneme_store::platform_admins;
+    let store = store(config)?;
+    let client = store.client().await?;
+    match command {
+        AdminsCommand::Create {
+            email,
+            generate_password,
+        } => {
+            let (password, generated) = new_password(generate_password)?;
+            let hash = hash_password(password.clone()).await?;
+            match platform_admins::create(&client, &email, &hash).await {
+                Ok(admin) => {
+                    println!("created platform admin {} ({})", admin.email, admin.id);
+                    if generated {
+                        println!("{password}");
+                    }
+                }
+                Err(error) if error.is_unique_violation() => {
+                    anyhow::bail!("a platform admin with this email already exists")
+                }
+                Err(error) if error.is_check_violation() => {
+                    anyhow::bail!("`{email}` is not a valid email address")
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        AdminsCommand::List => {
+            for admin in platform_admins::list(&client).await? {
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    admin.id,
+                    admin.email,
+                    admin.status,
+                    admin
+                        .last_login_at
+                        .map(|t| t.to_rfc3339())
+                        .unwrap_or_else(|| "never".into())
+                );
+            }
+        }
+        AdminsCommand::ResetPassword {
+            email,
+            generate_password,
+        } => {
+            let (password, generated) = new_password(generate_password)?;
+            let hash = hash_password(password.clone()).await?;
+            if !platform_admins::set_password(&client, &email, &hash).await? {
+                anyhow::bail!("no platform admin `{email}`");
+            }
             println!("password of {email} replaced");
             if generated {
                 println!("{password}");

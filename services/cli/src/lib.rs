@@ -1,7 +1,7 @@
 //! The `mneme` command line.
 //!
 //! Layout:
-//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `users`, `config`, `tools`, …).
+//! - [`Cli`]: the commands (`up`, `migrate`, `tenants`, `keys`, `users`, `admins`, `config`, `tools`, …).
 //! - [`up`]: every service in one process, for a single machine.
 //! - [`admin`]: tenant, key and user management against the database.
 //! - [`login`]: OAuth sign-in of the command line, stored tokens, refresh.
@@ -73,9 +73,14 @@ pub enum Command {
         #[arg(long, global = true)]
         config: Option<std::path::PathBuf>,
     },
-    /// Manage the people of a tenant (they sign in to approve connectors).
+    /// Manage the people of a tenant (they sign in to approve connectors
+    /// and to the admin dashboard).
     #[command(subcommand)]
     Users(UsersCommand),
+    /// Manage the platform admins: the operators who sign in to the admin
+    /// dashboard and act in every tenant.
+    #[command(subcommand)]
+    Admins(AdminsCommand),
     /// Inspect the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -277,6 +282,28 @@ pub enum UsersCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum AdminsCommand {
+    /// Create a platform admin. The password is read from the first line of
+    /// standard input (at least 12 characters); with `--generate-password`,
+    /// a random one is printed once, as the last line of stdout.
+    Create {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        generate_password: bool,
+    },
+    /// List the platform admins.
+    List,
+    /// Set a new password for a platform admin.
+    ResetPassword {
+        #[arg(long)]
+        email: String,
+        #[arg(long)]
+        generate_password: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Validate the environment and print the effective configuration (secrets hidden).
     Check,
@@ -312,6 +339,7 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
         } => upstreams::surfacing(&config, &tenant, &server, state.as_deref()).await,
         Command::Keys(command) => admin::keys(&config, command).await,
         Command::Users(command) => admin::users(&config, command).await,
+        Command::Admins(command) => admin::admins(&config, command).await,
         Command::Login { url, print_token } => {
             let path = login::credentials_path()?;
             if print_token {

@@ -19,3 +19,15 @@ impl IntoResponse for ApiError {
         (status, Json(body)).into_response()
     }
 }
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        Self(error)
+    }
+}
+
+impl From<mneme_store::StoreError> for ApiError {
+    fn from(error: mneme_store::StoreError) -> Self {
+        Self(error.into())
+    }
+}

@@ -28,6 +28,8 @@
 //! - `surfacing`: the active-surfacing engine and `POST /v1/surface`.
 //! - `proxy`: tenants' upstream MCP servers behind mneme (`prefix__tool`),
 //!   and `/v1/upstreams`.
+//! - `admin`: the admin dashboard (`/admin`) and its API (`/admin/api/`),
+//!   for people signed in with email and password.
 //!
 //! Middleware, outermost first: request id → trace → CORS → panic guard →
 //! body limit → timeout → (on MCP routes) Origin/Host check →
@@ -35,6 +37,7 @@
 //! binding → rmcp.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod auth;
 mod backends;
 mod catalog;
@@ -92,6 +95,9 @@ pub struct App {
     sse: Arc<sse::SseStreams>,
     surfacer: Arc<surfacing::Surfacer>,
     proxy: Arc<proxy::Proxy>,
+    admin: mneme_config::AdminConfig,
+    /// This pod's request counters over the last hour, for the dashboard.
+    admin_history: Arc<admin::History>,
     /// Cancelled when the gateway shuts down: ends open streams.
     shutdown: CancellationToken,
     /// The gateway's public base URL, for links in responses and documents.
@@ -142,6 +148,8 @@ impl App {
                 )
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
             ),
+            admin: gateway.admin.clone(),
+            admin_history: Arc::default(),
             store,
             cache,
             backends,
@@ -194,6 +202,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
     Router::new()
         .merge(health::routes())
         .merge(oauth::routes())
+        .merge(admin::routes(&app))
         .merge(mcp_routes)
         .merge(rest)
         .with_state(app)
@@ -282,8 +291,9 @@ pub async fn serve(
 }
 
 /// The pod's housekeeping: tallied tool calls into `api_key_usage` every
-/// `every`, and OAuth clients unused for `MNEME_OAUTH_CLIENT_IDLE_DAYS`
-/// pruned hourly (every pod may do it; the delete is idempotent).
+/// `every`, OAuth clients unused for `MNEME_OAUTH_CLIENT_IDLE_DAYS`
+/// pruned hourly (every pod may do it; the delete is idempotent), and the
+/// request counters sampled for the dashboard's charts.
 fn spawn_usage_flusher(
     app: &App,
     every: Duration,
@@ -292,16 +302,20 @@ fn spawn_usage_flusher(
     let limiter = app.limiter.clone();
     let store = app.store.clone();
     let client_idle = app.oauth.config.client_idle;
+    let history = app.admin_history.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut prune = tokio::time::interval(CLIENT_PRUNE_INTERVAL);
         prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sample = tokio::time::interval(admin::SAMPLE_EVERY);
+        sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
             tokio::select! {
                 _ = tick.tick() => limiter.flush_usage(&store).await,
                 _ = prune.tick() => prune_oauth_clients(&store, client_idle).await,
+                _ = sample.tick() => history.sample(),
                 () = stop.cancelled() => return,
             }
         }

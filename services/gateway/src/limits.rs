@@ -224,6 +224,33 @@ impl Limiter {
         (now / window, Duration::from_millis(window - now % window))
     }
 
+    /// Where a key stands against its limits now (for the dashboard):
+    /// requests in the current window and tool calls today, as Redis
+    /// counts them (`None` when Redis cannot say).
+    pub(crate) async fn key_status(
+        &self,
+        tenant_id: Uuid,
+        key_id: Uuid,
+        key_rate_limit: Option<i32>,
+    ) -> serde_json::Value {
+        let (index, reset) = self.window();
+        let tenant = tenant_id.to_string();
+        let key = key_id.to_string();
+        let day = Utc::now().format("%Y%m%d").to_string();
+        let count = |parts: Vec<String>| {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            let name = self.cache.rate_limit_key(&tenant, &parts);
+            async move { self.cache.bucket_count(&name).await.ok() }
+        };
+        serde_json::json!({
+            "limit": clamp_limit(key_rate_limit, self.config.per_key),
+            "windowSecs": self.config.window.as_secs(),
+            "used": count(vec!["k".into(), key.clone(), index.to_string()]).await,
+            "resetsInSecs": reset.as_secs(),
+            "toolCallsToday": count(vec!["d".into(), key, day]).await,
+        })
+    }
+
     fn plan(&self, principal: &Principal, limits: KeyLimits, tool: Option<&str>) -> Vec<Planned> {
         let (index, reset) = self.window();
         let index = index.to_string();

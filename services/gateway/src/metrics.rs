@@ -40,9 +40,13 @@ pub(crate) struct Metrics {
     pub(crate) proxy_chars: IntCounterVec,
     /// Upstream connections open on this pod.
     pub(crate) proxy_connections: IntGauge,
+    /// mneme's own tool calls (MCP and REST) by tool and outcome (`ok` or
+    /// the error code).
+    pub(crate) tool_calls: HistogramVec,
 }
 
-pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    Metrics {
     sessions: counter(
         "mneme_mcp_sessions_total",
         "MCP session lookups and creations by outcome.",
@@ -124,6 +128,19 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         )
         .expect("valid metric"),
     ),
+    tool_calls: register(
+        HistogramVec::new(
+            HistogramOpts::new(
+                "mneme_tool_call_seconds",
+                "Duration of mneme's tool calls (MCP and REST), by tool and outcome (ok or the error code).",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["tool", "outcome"],
+        )
+        .expect("valid metric"),
+    ),
     sse_streams: register(
         IntGauge::new(
             "mneme_sse_streams",
@@ -138,6 +155,7 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         )
         .expect("valid metric"),
     ),
+}
 });
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {

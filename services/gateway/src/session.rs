@@ -313,6 +313,26 @@ impl SessionLayer {
         }
     }
 
+    /// How long an idle session lives.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Ends a session for an administrator: its record says closed (every
+    /// pod answers its next request with 404, as after the client's own
+    /// `DELETE`), its saved state goes, and this pod drops its worker.
+    pub(crate) async fn terminate(&self, id: &str, mut record: SessionRecord) {
+        record.closed = true;
+        self.save(id, &record).await;
+        if let Err(error) = self.cache.delete_session_state(id).await {
+            tracing::warn!(%error, "terminated session's state not deleted");
+        }
+        let id: SessionId = id.to_owned().into();
+        if self.sessions.local.has_session(&id).await.unwrap_or(false) {
+            let _ = self.sessions.close_session(&id).await;
+        }
+    }
+
     /// The record of `id`, extended; `Err` when Redis cannot tell.
     async fn touch(&self, id: &str) -> Result<Option<SessionRecord>, ()> {
         if !self.cache.is_connected() {

@@ -33,6 +33,7 @@ use mneme_store::Store;
 use sha2::{Digest, Sha256};
 
 use crate::App;
+pub(crate) use authorize::cookie_value;
 pub(crate) use keys::{AccessClaims, TokenKeys};
 
 /// Scopes a token can carry, and the key permission each grants.

@@ -109,6 +109,11 @@ fn view(app: &App, tenant_id: uuid::Uuid, upstream: Upstream) -> UpstreamView {
     }
 }
 
+/// An upstream as the API shows it, as JSON (for the admin dashboard).
+pub(crate) fn view_json(app: &App, tenant_id: uuid::Uuid, upstream: Upstream) -> Value {
+    json(view(app, tenant_id, upstream))
+}
+
 /// The same answer whether the upstream does not exist or belongs to
 /// another tenant (row-level security makes both look absent).
 fn not_found(name: &str) -> Error {

@@ -23,11 +23,11 @@ mod connector;
 mod edit;
 mod explore;
 mod guide;
-mod kinds;
+pub(crate) mod kinds;
 mod proxy;
 mod recall;
 pub(crate) mod reference;
-mod remember;
+pub(crate) mod remember;
 mod session;
 mod surfacing;
 
@@ -382,7 +382,17 @@ impl Registry {
             .get(name)
             .ok_or_else(|| Error::invalid_argument(format!("unknown tool `{name}`")))?;
         Self::authorize(tool, &context.principal)?;
-        (tool.handler)(context, without_client_context(arguments)).await
+        let started = std::time::Instant::now();
+        let result = (tool.handler)(context, without_client_context(arguments)).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(error) => error.code.as_str(),
+        };
+        crate::metrics::METRICS
+            .tool_calls
+            .with_label_values(&[tool.name, outcome])
+            .observe(started.elapsed().as_secs_f64());
+        result
     }
 }
 

@@ -168,7 +168,7 @@ pub(crate) struct BatchRememberResult {
     pub rejected: u32,
 }
 
-pub(super) fn outcome_name(outcome: i32) -> &'static str {
+pub(crate) fn outcome_name(outcome: i32) -> &'static str {
     match v1::WriteOutcome::try_from(outcome) {
         Ok(v1::WriteOutcome::Created) => "created",
         Ok(v1::WriteOutcome::Duplicate) => "duplicate",
@@ -177,7 +177,7 @@ pub(super) fn outcome_name(outcome: i32) -> &'static str {
     }
 }
 
-fn remember_request(args: RememberArgs) -> v1::RememberRequest {
+pub(crate) fn remember_request(args: RememberArgs) -> v1::RememberRequest {
     v1::RememberRequest {
         content: args.content,
         topic: args.topic,
