@@ -14,15 +14,7 @@ use uuid::Uuid;
 const PASSWORD: &str = "correct horse battery staple";
 
 async fn add_user(stack: &Stack, tenant_id: Uuid, email: &str, role: Role) {
-    let hash = mneme_core::password::hash(PASSWORD).unwrap();
-    let mut db = stack.db.store().client().await.unwrap();
-    let tx = mneme_store::TenantTx::begin(&mut db, tenant_id)
-        .await
-        .unwrap();
-    mneme_store::users::create(&tx, email, role, &hash)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    mneme_test_support::create_user(&stack.db.store(), tenant_id, email, role, PASSWORD).await;
 }
 
 /// A signed-in dashboard session: its cookie and CSRF token.

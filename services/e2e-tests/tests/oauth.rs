@@ -618,15 +618,7 @@ async fn create_user(
     role: mneme_store::users::Role,
 ) -> &'static str {
     const PASSWORD: &str = "a long enough password";
-    let hash = mneme_core::password::hash(PASSWORD).unwrap();
-    let mut db = stack.db.store().client().await.unwrap();
-    let tx = mneme_store::TenantTx::begin(&mut db, tenant_id)
-        .await
-        .unwrap();
-    mneme_store::users::create(&tx, email, role, &hash)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    mneme_test_support::create_user(&stack.db.store(), tenant_id, email, role, PASSWORD).await;
     PASSWORD
 }
 

@@ -10,8 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::Utc;
-use mneme_core::principal::DEFAULT_AGENT_ID;
-use mneme_core::{Error, Permission, Principal};
+use mneme_core::{Error, Permission};
 use mneme_proto::v1;
 use mneme_store::{
     TenantTx, admin_audit, api_keys, consolidation, key_groups, search_events, upstreams, usage,
@@ -275,17 +274,11 @@ pub(crate) async fn reflect_session(
         );
     }
     let key_id: Uuid = record.key_id.parse().map_err(|_| Error::internal())?;
-    let principal = Principal {
-        tenant_id: scope.tenant_id,
+    let principal = scope.acting_as(
         key_id,
-        group_key_ids: Vec::new(),
-        user_id: Some(scope.actor.signed.id),
-        permissions: vec![Permission::Read, Permission::Write],
-        workspace: None,
-        mode: None,
-        session_id: Some(id.clone()),
-        agent_id: DEFAULT_AGENT_ID.to_owned(),
-    };
+        vec![Permission::Read, Permission::Write],
+        Some(id.clone()),
+    );
     let response = app
         .backends
         .reflect(
@@ -460,18 +453,8 @@ pub(crate) async fn run_consolidation(
             .map_err(|e| Error::invalid_argument(format!("send {{\"dryRun\": true|false}}: {e}")))?
     };
     let dry_run = request.dry_run;
-    let principal = Principal {
-        tenant_id: scope.tenant_id,
-        // The run is the tenant's; no key's quota or identity is involved.
-        key_id: Uuid::nil(),
-        group_key_ids: Vec::new(),
-        user_id: Some(scope.actor.signed.id),
-        permissions: vec![Permission::Admin],
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: DEFAULT_AGENT_ID.to_owned(),
-    };
+    // The run is the tenant's; no key's quota or identity is involved.
+    let principal = scope.acting_as(Uuid::nil(), vec![Permission::Admin], None);
     let result = app
         .backends
         .consolidate(&principal, v1::ConsolidateRequest { dry_run }, |_| {

@@ -13,7 +13,6 @@ use axum::response::IntoResponse;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
-use mneme_core::principal::DEFAULT_AGENT_ID;
 use mneme_core::{Error, Permission, Principal};
 use mneme_proto::v1;
 use mneme_store::fragments::{self, BrowseFilter, Fragment};
@@ -235,20 +234,13 @@ pub(crate) async fn show(State(app): State<App>, scope: InTenant, Path(id): Path
     }))
 }
 
-/// The authority a person acts with on a key's memories: the key's
-/// identity (writes stay the key's), read and write, and the person.
+/// Amend and forget act as the memory's key with read and write.
 fn acting_for(scope: &InTenant, fragment: &Fragment) -> Principal {
-    Principal {
-        tenant_id: scope.tenant_id,
-        key_id: fragment.key_id,
-        group_key_ids: Vec::new(),
-        user_id: Some(scope.actor.signed.id),
-        permissions: vec![Permission::Read, Permission::Write],
-        workspace: None,
-        mode: None,
-        session_id: None,
-        agent_id: DEFAULT_AGENT_ID.to_owned(),
-    }
+    scope.acting_as(
+        fragment.key_id,
+        vec![Permission::Read, Permission::Write],
+        None,
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -511,15 +503,8 @@ pub(crate) async fn import(
             .ok_or_else(|| not_found("active key"))?
     };
     let principal = Principal {
-        tenant_id: scope.tenant_id,
-        key_id,
-        group_key_ids: Vec::new(),
-        user_id: Some(scope.actor.signed.id),
-        permissions: key.permissions.clone(),
         workspace: key.default_workspace.clone(),
-        mode: None,
-        session_id: None,
-        agent_id: DEFAULT_AGENT_ID.to_owned(),
+        ..scope.acting_as(key_id, key.permissions.clone(), None)
     };
     let mut results = Vec::with_capacity(lines.len());
     let (mut imported, mut duplicates, mut failed) = (0u32, 0u32, 0u32);

@@ -34,7 +34,8 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use mneme_core::{Error, ErrorCode};
+use mneme_core::principal::DEFAULT_AGENT_ID;
+use mneme_core::{Error, ErrorCode, Permission, Principal};
 use mneme_store::admin_audit::{self, Actor as AuditActor};
 use mneme_store::{TenantTx, users::Role};
 use serde::Deserialize;
@@ -231,6 +232,30 @@ struct TenantParam {
 pub(crate) struct InTenant {
     pub(crate) actor: Actor,
     pub(crate) tenant_id: Uuid,
+}
+
+impl InTenant {
+    /// The authority a person acts with through the backends: `key_id`'s
+    /// identity (what is written stays the key's), the person as the user,
+    /// and `permissions`.
+    pub(crate) fn acting_as(
+        &self,
+        key_id: Uuid,
+        permissions: Vec<Permission>,
+        session_id: Option<String>,
+    ) -> Principal {
+        Principal {
+            tenant_id: self.tenant_id,
+            key_id,
+            group_key_ids: Vec::new(),
+            user_id: Some(self.actor.signed.id),
+            permissions,
+            workspace: None,
+            mode: None,
+            session_id,
+            agent_id: DEFAULT_AGENT_ID.to_owned(),
+        }
+    }
 }
 
 fn tenant_not_found() -> Error {

@@ -301,3 +301,22 @@ pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]
 
 /// Every permission, for keys that should be able to do anything.
 pub const ALL_PERMISSIONS: &[Permission] = &[Permission::Read, Permission::Write];
+
+/// Creates a person (who signs in with `password`) in `tenant_id`.
+pub async fn create_user(
+    store: &Store,
+    tenant_id: Uuid,
+    email: &str,
+    role: mneme_store::users::Role,
+    password: &str,
+) {
+    let hash = mneme_core::password::hash(password).expect("a valid test password");
+    let mut client = store.client().await.expect("database connection");
+    let tx = TenantTx::begin(&mut client, tenant_id)
+        .await
+        .expect("tenant tx");
+    mneme_store::users::create(&tx, email, role, &hash)
+        .await
+        .expect("create test user");
+    tx.commit().await.expect("commit test user");
+}
