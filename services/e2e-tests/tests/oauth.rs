@@ -652,7 +652,10 @@ async fn choose(
 #[tokio::test]
 async fn people_sign_in_with_a_password_and_pick_the_key_the_connector_acts_as() {
     use mneme_store::users::Role;
-    let stack = Stack::start("hash", &[]).await;
+    // Failed sign-ins are counted per fixed window: an hour-long one keeps
+    // the eleven guesses below in one window even on a loaded machine (with
+    // a minute, a boundary fell between them once in CI).
+    let stack = Stack::start("hash", &[("MNEME_RATE_LIMIT_WINDOW_SECS", "3600")]).await;
     let store = stack.db.store();
     let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
     let globex = create_tenant(&store, "globex", ALL_PERMISSIONS).await;

@@ -72,6 +72,7 @@ impl Backends {
     /// Sends one unary call with the principal and deadline attached.
     async fn unary<C, T, R, F, Fut>(
         &self,
+        method: &'static str,
         client: C,
         principal: &Principal,
         message: T,
@@ -81,8 +82,17 @@ impl Backends {
         F: FnOnce(C, tonic::Request<T>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        rpc(client, self.request(principal, message))
-            .await
+        let started = std::time::Instant::now();
+        let result = rpc(client, self.request(principal, message)).await;
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(status) => status.code(),
+        };
+        crate::metrics::METRICS
+            .grpc_client
+            .with_label_values(&[method, &format!("{code:?}")])
+            .observe(started.elapsed().as_secs_f64());
+        result
             .map(tonic::Response::into_inner)
             .map_err(|status| from_status(&status))
     }
@@ -190,7 +200,7 @@ macro_rules! unary_rpcs {
                     principal: &Principal,
                     message: $request,
                 ) -> Result<$response, Error> {
-                    self.unary(self.$client(), principal, message, |mut c, r| async move {
+                    self.unary(stringify!($rpc), self.$client(), principal, message, |mut c, r| async move {
                         c.$rpc(r).await
                     })
                     .await

@@ -31,7 +31,7 @@
 //! - `admin`: the admin dashboard (`/admin`) and its API (`/admin/api/`),
 //!   for people signed in with email and password.
 //!
-//! Middleware, outermost first: request id → trace → CORS → panic guard →
+//! Middleware, outermost first: HTTP metrics → request id → trace → CORS → panic guard →
 //! body limit → timeout → (on MCP routes) Origin/Host check →
 //! authentication → message peek → token scope → rate limits → (on `/mcp`) session
 //! binding → rmcp.
@@ -208,6 +208,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
         .with_state(app)
         .layer(
             ServiceBuilder::new()
+                .layer(middleware::from_fn(metrics::track_http))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 .layer(TraceLayer::new_for_http().make_span_with(request_span))
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))

@@ -43,10 +43,13 @@ pub(crate) struct Metrics {
     /// mneme's own tool calls (MCP and REST) by tool and outcome (`ok` or
     /// the error code).
     pub(crate) tool_calls: HistogramVec,
+    /// Every HTTP request by route family, method and status class.
+    pub(crate) http: HistogramVec,
+    /// Calls to the recall and remember services by method and status.
+    pub(crate) grpc_client: HistogramVec,
 }
 
-pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    Metrics {
+pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
     sessions: counter(
         "mneme_mcp_sessions_total",
         "MCP session lookups and creations by outcome.",
@@ -115,31 +118,25 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         )
         .expect("valid metric"),
     ),
-    requests: register(
-        HistogramVec::new(
-            HistogramOpts::new(
-                "mneme_mcp_request_seconds",
-                "Time to the response headers of MCP requests, by JSON-RPC method and HTTP status.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["method", "status"],
-        )
-        .expect("valid metric"),
+    requests: mneme_telemetry::metrics::latency_histogram(
+        "mneme_mcp_request_seconds",
+        "Time to the response headers of MCP requests, by JSON-RPC method and HTTP status.",
+        &["method", "status"],
     ),
-    tool_calls: register(
-        HistogramVec::new(
-            HistogramOpts::new(
-                "mneme_tool_call_seconds",
-                "Duration of mneme's tool calls (MCP and REST), by tool and outcome (ok or the error code).",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["tool", "outcome"],
-        )
-        .expect("valid metric"),
+    tool_calls: mneme_telemetry::metrics::latency_histogram(
+        "mneme_tool_call_seconds",
+        "Duration of mneme's tool calls (MCP and REST), by tool and outcome (ok or the error code).",
+        &["tool", "outcome"],
+    ),
+    http: mneme_telemetry::metrics::latency_histogram(
+        "mneme_http_request_seconds",
+        "HTTP requests by route family, method and status class (time to the response headers).",
+        &["route", "method", "status"],
+    ),
+    grpc_client: mneme_telemetry::metrics::latency_histogram(
+        "mneme_grpc_client_seconds",
+        "Gateway calls to the backend services, by method and gRPC status code.",
+        &["method", "code"],
     ),
     sse_streams: register(
         IntGauge::new(
@@ -155,7 +152,6 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         )
         .expect("valid metric"),
     ),
-}
 });
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -164,4 +160,88 @@ fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
 
 pub(crate) fn session(outcome: &str) {
     METRICS.sessions.with_label_values(&[outcome]).inc();
+}
+
+/// The route family of a path: a fixed vocabulary, so paths with ids or
+/// garbage never become label values.
+fn route_of(path: &str) -> &'static str {
+    const FAMILIES: &[(&str, &str)] = &[
+        ("/mcp", "/mcp"),
+        ("/sse", "/sse"),
+        ("/message", "/message"),
+        ("/v1/tools", "/v1/tools"),
+        ("/v1/surface", "/v1/surface"),
+        ("/v1/upstreams", "/v1/upstreams"),
+        ("/openapi.json", "/openapi.json"),
+        ("/admin/api", "/admin/api"),
+        ("/admin", "/admin"),
+        ("/.well-known", "/.well-known"),
+        ("/authorize", "/authorize"),
+        ("/token", "/token"),
+        ("/register", "/register"),
+        ("/revoke", "/revoke"),
+        ("/health", "/health"),
+        ("/ready", "/ready"),
+    ];
+    FAMILIES
+        .iter()
+        .find(|(prefix, _)| {
+            path == *prefix
+                || path
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+        .map_or("other", |(_, family)| family)
+}
+
+/// Middleware: counts and times every request.
+pub(crate) async fn track_http(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = route_of(request.uri().path());
+    let method = match *request.method() {
+        axum::http::Method::GET => "GET",
+        axum::http::Method::POST => "POST",
+        axum::http::Method::DELETE => "DELETE",
+        axum::http::Method::PATCH => "PATCH",
+        axum::http::Method::PUT => "PUT",
+        axum::http::Method::HEAD => "HEAD",
+        axum::http::Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = match response.status().as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    METRICS
+        .http
+        .with_label_values(&[route, method, status])
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route_of;
+
+    #[test]
+    fn routes_are_families_never_raw_paths() {
+        assert_eq!(route_of("/mcp"), "/mcp");
+        assert_eq!(route_of("/admin/api/keys/0190"), "/admin/api");
+        assert_eq!(route_of("/admin"), "/admin");
+        assert_eq!(route_of("/admin/assets/app.js"), "/admin");
+        assert_eq!(route_of("/v1/tools/recall"), "/v1/tools");
+        assert_eq!(
+            route_of("/.well-known/oauth-protected-resource/mcp"),
+            "/.well-known"
+        );
+        assert_eq!(route_of("/mcpx"), "other");
+        assert_eq!(route_of("/wp-login.php"), "other");
+    }
 }

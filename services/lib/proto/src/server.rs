@@ -4,6 +4,9 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::LazyLock;
+
+use prometheus::HistogramVec;
 
 use tokio::net::TcpListener;
 use tonic::body::Body;
@@ -32,6 +35,12 @@ pub async fn serve(
         .build_v1()
         .expect("the embedded descriptor set is valid");
     let routes = routes.add_service(health_service).add_service(reflection);
+    let routes = tonic::service::Routes::from(
+        routes
+            .prepare()
+            .into_axum_router()
+            .layer(axum::middleware::from_fn(track_call)),
+    );
     // `Server::tcp_nodelay` does not apply to a caller-supplied listener;
     // without TCP_NODELAY every small response waits ~40 ms on Nagle and
     // delayed ACKs.
@@ -40,6 +49,45 @@ pub async fn serve(
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+/// Calls served, by method and gRPC status, with the time to the response
+/// headers (for streams: to the first message).
+static SERVER_CALLS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    mneme_telemetry::metrics::latency_histogram(
+        "mneme_grpc_server_handled_seconds",
+        "gRPC calls served, by method and status code (time to the response headers).",
+        &["method", "code"],
+    )
+});
+
+/// Records one call: the method is the last segment of the path
+/// (`/mneme.v1.RecallService/Recall`, bounded by the proto files), the
+/// code comes from a trailers-only error answer's `grpc-status` header;
+/// other answers count as `OK` (a stream that fails later is not seen).
+async fn track_call(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let method = request
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let code = response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .map_or(tonic::Code::Ok, tonic::Code::from);
+    SERVER_CALLS
+        .with_label_values(&[method.as_str(), &format!("{code:?}")])
+        .observe(started.elapsed().as_secs_f64());
+    response
 }
 
 /// Serves one gRPC service (plus health and reflection) until `shutdown`.

@@ -151,6 +151,26 @@ pub struct Store {
     pool: Pool,
 }
 
+/// Time to get a pooled connection, by outcome (`ok`, `timeout`: the pool
+/// was exhausted for `acquire_timeout`, `error`: connecting failed).
+static POOL_ACQUIRE: std::sync::LazyLock<prometheus::HistogramVec> = std::sync::LazyLock::new(
+    || {
+        mneme_telemetry::metrics::register(
+            prometheus::HistogramVec::new(
+                prometheus::HistogramOpts::new(
+                    "mneme_db_pool_acquire_seconds",
+                    "Time to get a PostgreSQL connection from the pool, by outcome (ok, timeout, error).",
+                )
+                .buckets(vec![
+                    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0,
+                ]),
+                &["outcome"],
+            )
+            .expect("valid metric"),
+        )
+    },
+);
+
 impl Store {
     /// Builds a pool. No connection is opened until first use.
     pub fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
@@ -211,7 +231,17 @@ impl Store {
     /// A pooled connection for queries that are not tenant data (tenants,
     /// key resolution, health checks).
     pub async fn client(&self) -> Result<Object> {
-        Ok(self.pool.get().await?)
+        let started = std::time::Instant::now();
+        let client = self.pool.get().await;
+        let outcome = match &client {
+            Ok(_) => "ok",
+            Err(deadpool_postgres::PoolError::Timeout(_)) => "timeout",
+            Err(_) => "error",
+        };
+        POOL_ACQUIRE
+            .with_label_values(&[outcome])
+            .observe(started.elapsed().as_secs_f64());
+        Ok(client?)
     }
 
     /// `SELECT 1`, for readiness probes.

@@ -13,7 +13,38 @@ use axum::http::header;
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 
-static REGISTRY: LazyLock<Registry> = LazyLock::new(Registry::new);
+static REGISTRY: LazyLock<Registry> = LazyLock::new(|| {
+    let registry = Registry::new();
+    let info = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new(
+            "mneme_build_info",
+            "Always 1; the version of the running binary is its label.",
+        ),
+        &["version"],
+    )
+    .expect("valid metric");
+    info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    registry
+        .register(Box::new(info))
+        .expect("the first metric registers");
+    registry
+});
+
+/// Buckets of request latencies, in seconds (1 ms to 10 s).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Registers a latency histogram with [`LATENCY_BUCKETS`].
+pub fn latency_histogram(name: &str, help: &str, labels: &[&str]) -> prometheus::HistogramVec {
+    register(
+        prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+            labels,
+        )
+        .expect("valid metric"),
+    )
+}
 
 /// The registry every mneme metric lives in.
 pub fn registry() -> &'static Registry {
