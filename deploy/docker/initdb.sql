@@ -1,0 +1,10 @@
+-- Roles and extension of a fresh PostgreSQL for compose.yaml (what
+-- deploy/local/setup.sh does on a machine): mneme_owner owns the schema and
+-- runs migrations, mneme_app is what the services log in as and gets its
+-- privileges through mneme_service, so row-level security applies to it.
+CREATE ROLE mneme_service NOLOGIN;
+CREATE ROLE mneme_owner LOGIN PASSWORD 'mneme_owner';
+CREATE ROLE mneme_app LOGIN PASSWORD 'mneme_app' IN ROLE mneme_service;
+CREATE DATABASE mneme OWNER mneme_owner ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8' TEMPLATE template0;
+\connect mneme
+CREATE EXTENSION IF NOT EXISTS vector;
