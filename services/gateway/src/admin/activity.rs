@@ -188,18 +188,14 @@ pub(crate) async fn terminate_session(
     scope.actor.require_manage()?;
     let record = tenant_session(&app, &scope, &id).await?;
     app.sessions.terminate(&id, record.clone()).await;
-    let mut db = app.store.client().await?;
-    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     scope
-        .actor
-        .audit(
-            &tx,
+        .audit_done(
+            &app,
             "session.terminate",
             &id,
             json!({ "keyId": record.key_id }),
         )
         .await?;
-    tx.commit().await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -290,18 +286,14 @@ pub(crate) async fn reflect_session(
             },
         )
         .await?;
-    let mut db = app.store.client().await?;
-    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     scope
-        .actor
-        .audit(
-            &tx,
+        .audit_done(
+            &app,
             "session.reflect",
             &id,
             json!({ "keyId": key_id, "fragments": response.fragments.len() }),
         )
         .await?;
-    tx.commit().await?;
     json(json!({
         "fragments": response.fragments.iter().map(|f| json!({
             "id": f.id, "content": f.content, "type": f.r#type,
@@ -461,22 +453,19 @@ pub(crate) async fn run_consolidation(
             Box::pin(async {})
         })
         .await?;
-    let mut db = app.store.client().await?;
-    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
+    let action = if dry_run {
+        "consolidation.dry_run"
+    } else {
+        "consolidation.run"
+    };
     scope
-        .actor
-        .audit(
-            &tx,
-            if dry_run {
-                "consolidation.dry_run"
-            } else {
-                "consolidation.run"
-            },
+        .audit_done(
+            &app,
+            action,
             &result.run_id,
             json!({ "failed": result.failed }),
         )
         .await?;
-    tx.commit().await?;
     json(json!({
         "run": {
             "id": result.run_id,

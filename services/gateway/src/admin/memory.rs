@@ -341,17 +341,14 @@ pub(crate) async fn forget(
             },
         )
         .await?;
-    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     scope
-        .actor
-        .audit(
-            &tx,
+        .audit_done(
+            &app,
             "memory.forget",
             id,
             json!({ "topic": fragment.topic, "keyId": fragment.key_id }),
         )
         .await?;
-    tx.commit().await?;
     json(json!({ "forgotten": response.deleted }))
 }
 
@@ -558,17 +555,14 @@ pub(crate) async fn import(
         }
     }
     results.sort_by_key(|r| r["line"].as_u64());
-    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     scope
-        .actor
-        .audit(
-            &tx,
+        .audit_done(
+            &app,
             "memory.import",
             &key.name,
             json!({ "keyId": key_id, "imported": imported, "duplicates": duplicates, "failed": failed }),
         )
         .await?;
-    tx.commit().await?;
     json(json!({
         "imported": imported,
         "duplicates": duplicates,

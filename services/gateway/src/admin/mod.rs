@@ -235,6 +235,22 @@ pub(crate) struct InTenant {
 }
 
 impl InTenant {
+    /// Records a change made outside a transaction of this module (by a
+    /// backend service or in Redis) in an audit transaction of its own.
+    pub(crate) async fn audit_done(
+        &self,
+        app: &App,
+        action: &str,
+        target: impl std::fmt::Display,
+        detail: Value,
+    ) -> Result<(), Error> {
+        let mut db = app.store.client().await?;
+        let tx = TenantTx::begin(&mut db, self.tenant_id).await?;
+        self.actor.audit(&tx, action, target, detail).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// The authority a person acts with through the backends: `key_id`'s
     /// identity (what is written stays the key's), the person as the user,
     /// and `permissions`.
