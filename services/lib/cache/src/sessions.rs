@@ -31,6 +31,9 @@ pub struct SessionRecord {
     pub closed: bool,
 }
 
+/// Sessions read per Redis round trip when listing a tenant's sessions.
+const SESSION_LIST_CHUNK: usize = 256;
+
 /// Reads the record and, when it exists, extends both session keys by `ttl`
 /// in the same step (sliding expiry).
 const TOUCH: &str = r#"
@@ -129,19 +132,29 @@ impl Cache {
             .await?;
         let mut sessions = Vec::new();
         let mut gone = Vec::new();
-        for id in ids {
-            let (key, _) = self.session_keys(&id);
-            let raw: Option<String> = self.client.get(&key).await?;
-            let record = raw.and_then(|raw| serde_json::from_str::<SessionRecord>(&raw).ok());
-            match record {
-                Some(record) if !record.closed && record.tenant_id == tenant_id => {
-                    let left: i64 = self.client.pttl(&key).await?;
-                    if sessions.len() < limit {
-                        let left = Duration::from_millis(u64::try_from(left).unwrap_or(0));
-                        sessions.push((id, record, left));
+        // One round trip per chunk: each record and its remaining lifetime.
+        for chunk in ids.chunks(SESSION_LIST_CHUNK) {
+            let pipeline = self.client.pipeline();
+            for id in chunk {
+                let (key, _) = self.session_keys(id);
+                let _: () = pipeline.get(&key).await?;
+                let _: () = pipeline.pttl(&key).await?;
+            }
+            let answers: Vec<fred::types::Value> = pipeline.all().await?;
+            for (id, answer) in chunk.iter().zip(answers.chunks(2)) {
+                let record = answer[0]
+                    .as_str()
+                    .and_then(|raw| serde_json::from_str::<SessionRecord>(&raw).ok());
+                match record {
+                    Some(record) if !record.closed && record.tenant_id == tenant_id => {
+                        if sessions.len() < limit {
+                            let left = answer[1].as_i64().and_then(|ms| u64::try_from(ms).ok());
+                            let left = Duration::from_millis(left.unwrap_or(0));
+                            sessions.push((id.clone(), record, left));
+                        }
                     }
+                    _ => gone.push(id.clone()),
                 }
-                _ => gone.push(id),
             }
         }
         if !gone.is_empty() {
