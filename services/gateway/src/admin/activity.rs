@@ -38,7 +38,7 @@ pub(crate) async fn overview(State(app): State<App>, scope: InTenant) -> Reply {
         .await?
         .ok_or_else(|| not_found("tenant"))?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
-    let census = mneme_store::fragments::census(&tx).await?;
+    let (fragments, pending_embedding) = mneme_store::fragments::totals(&tx).await?;
     let keys = api_keys::list(&tx).await?;
     let people = users::list(&tx).await?.len();
     let groups = key_groups::list(&tx).await?.len();
@@ -86,12 +86,11 @@ pub(crate) async fn overview(State(app): State<App>, scope: InTenant) -> Reply {
                 .into(),
         );
     }
-    if census.pending_embedding > EMBEDDING_BACKLOG_WARNING {
+    if pending_embedding > EMBEDDING_BACKLOG_WARNING {
         alert(
             "warning",
             format!(
-                "{} memories wait for their embedding; vector search misses them until then.",
-                census.pending_embedding
+                "{pending_embedding} memories wait for their embedding; vector search misses them until then."
             ),
         );
     }
@@ -123,8 +122,8 @@ pub(crate) async fn overview(State(app): State<App>, scope: InTenant) -> Reply {
     json(json!({
         "tenant": { "id": tenant.id, "name": tenant.name, "status": tenant.status },
         "counts": {
-            "fragments": census.total,
-            "fragmentsPendingEmbedding": census.pending_embedding,
+            "fragments": fragments,
+            "fragmentsPendingEmbedding": pending_embedding,
             "keys": keys.len(),
             "activeKeys": active_keys.len(),
             "users": people,

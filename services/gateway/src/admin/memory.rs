@@ -178,9 +178,14 @@ pub(crate) async fn browse(
     }))
 }
 
-/// The fragment with this id in the tenant, whichever key holds it.
-async fn find(tx: &TenantTx<'_>, id: Uuid) -> Result<Fragment, Error> {
-    let keys: Vec<Uuid> = key_names(tx).await?.into_keys().collect();
+/// The fragment with this id in the tenant, whichever of the tenant's
+/// keys (`names`, from [`key_names`]) holds it.
+async fn find(
+    tx: &TenantTx<'_>,
+    names: &HashMap<Uuid, String>,
+    id: Uuid,
+) -> Result<Fragment, Error> {
+    let keys: Vec<Uuid> = names.keys().copied().collect();
     fragments::fetch(tx, &keys, &[id])
         .await?
         .into_iter()
@@ -194,7 +199,7 @@ pub(crate) async fn show(State(app): State<App>, scope: InTenant, Path(id): Path
     let mut db = app.store.client().await?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     let names = key_names(&tx).await?;
-    let fragment = find(&tx, id).await?;
+    let fragment = find(&tx, &names, id).await?;
     let keys: Vec<Uuid> = names.keys().copied().collect();
     let ends = links::around(&tx, &keys, &[id], None, 50).await?;
     let others: Vec<Uuid> = ends.iter().map(|e| e.other).collect();
@@ -269,7 +274,7 @@ pub(crate) async fn amend(
     let mut db = app.store.client().await?;
     let fragment = {
         let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
-        find(&tx, id).await?
+        find(&tx, &key_names(&tx).await?, id).await?
     };
     let request = v1::AmendRequest {
         id: id.to_string(),
@@ -310,7 +315,7 @@ pub(crate) async fn amend(
         )
         .await?;
     let names = key_names(&tx).await?;
-    let amended = find(&tx, response.id.parse().unwrap_or(id)).await?;
+    let amended = find(&tx, &names, response.id.parse().unwrap_or(id)).await?;
     tx.commit().await?;
     json(json!({ "fragment": summary(&amended, &names), "updated": response.updated }))
 }
@@ -327,7 +332,7 @@ pub(crate) async fn forget(
     let mut db = app.store.client().await?;
     let fragment = {
         let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
-        find(&tx, id).await?
+        find(&tx, &key_names(&tx).await?, id).await?
     };
     let response = app
         .backends

@@ -298,14 +298,14 @@ pub(crate) async fn keys(State(app): State<App>, scope: InTenant) -> Reply {
     let mut db = app.store.client().await?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
     let keys = api_keys::list(&tx).await?;
-    let census = mneme_store::fragments::census(&tx).await?;
+    let fragments = mneme_store::fragments::counts_by_key(&tx).await?;
     let today = mneme_store::usage::per_key(&tx, Utc::now().date_naive()).await?;
     let count = |pairs: &[(Uuid, i64)], id: Uuid| {
         pairs.iter().find(|(k, _)| *k == id).map_or(0, |(_, n)| *n)
     };
     let views: Vec<Value> = keys
         .iter()
-        .map(|key| key_view(key, count(&census.by_key, key.id), count(&today, key.id)))
+        .map(|key| key_view(key, count(&fragments, key.id), count(&today, key.id)))
         .collect();
     json(json!({ "keys": views }))
 }

@@ -1259,35 +1259,50 @@ pub struct Census {
     pub by_topic: Vec<(String, i64)>,
 }
 
-pub async fn census(tx: &TenantTx<'_>) -> Result<Census> {
-    let tenant = tx.tenant_id();
-    let totals = tx
+/// The tenant's valid fragments, and how many of them wait for their
+/// embedding.
+pub async fn totals(tx: &TenantTx<'_>) -> Result<(i64, i64)> {
+    let row = tx
         .query_one(
             "SELECT count(*), count(*) FILTER (WHERE embedding IS NULL)
                FROM mneme.fragments WHERE tenant_id = $1 AND valid_to IS NULL",
-            &[&tenant],
+            &[&tx.tenant_id()],
         )
         .await?;
-    let grouped = |column: &'static str, limit: i64| async move {
-        tx.query(
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Valid fragments per value of `column`, largest first (at most `limit`).
+async fn counts_by<T>(tx: &TenantTx<'_>, column: &'static str, limit: i64) -> Result<Vec<(T, i64)>>
+where
+    T: for<'a> tokio_postgres::types::FromSql<'a>,
+{
+    let rows = tx
+        .query(
             &format!(
                 "SELECT {column}, count(*) FROM mneme.fragments
                   WHERE tenant_id = $1 AND valid_to IS NULL
                   GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $2"
             ),
-            &[&tenant, &limit],
+            &[&tx.tenant_id(), &limit],
         )
-        .await
-    };
-    let by_type = grouped("type", 20).await?;
-    let by_key = grouped("key_id", 1000).await?;
-    let by_topic = grouped("topic", 20).await?;
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Valid fragments per key (keys without any are absent).
+pub async fn counts_by_key(tx: &TenantTx<'_>) -> Result<Vec<(Uuid, i64)>> {
+    counts_by(tx, "key_id", i64::MAX).await
+}
+
+pub async fn census(tx: &TenantTx<'_>) -> Result<Census> {
+    let (total, pending_embedding) = totals(tx).await?;
     Ok(Census {
-        total: totals.get(0),
-        pending_embedding: totals.get(1),
-        by_type: by_type.iter().map(|r| (r.get(0), r.get(1))).collect(),
-        by_key: by_key.iter().map(|r| (r.get(0), r.get(1))).collect(),
-        by_topic: by_topic.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        total,
+        pending_embedding,
+        by_type: counts_by(tx, "type", 20).await?,
+        by_key: counts_by_key(tx).await?,
+        by_topic: counts_by(tx, "topic", 20).await?,
     })
 }
 
