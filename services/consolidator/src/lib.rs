@@ -24,6 +24,7 @@ pub mod llm;
 pub use consolidate::{Consolidator, STAGES, Stage};
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -59,11 +60,18 @@ static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 /// Consumes the embedding queue.
+///
+/// The batch size adapts: a batch the provider cannot finish in time (it is
+/// slow or the machine is loaded) halves the next one, down to a single
+/// fragment, and every batch that succeeds grows it back towards the
+/// configured size. Without this a batch that misses the provider's deadline
+/// would be retried whole, and miss it again, for ever.
 #[derive(Debug, Clone)]
 pub struct EmbeddingWorker {
     store: Store,
     embedder: Arc<dyn Embedder>,
     batch_size: usize,
+    current_batch_size: Arc<AtomicUsize>,
     max_attempts: i16,
     retry_backoff: Duration,
 }
@@ -75,6 +83,7 @@ impl EmbeddingWorker {
             store,
             embedder,
             batch_size: batch_size.max(1),
+            current_batch_size: Arc::new(AtomicUsize::new(batch_size.max(1))),
             max_attempts: defaults.max_attempts,
             retry_backoff: defaults.retry_backoff,
         }
@@ -93,13 +102,21 @@ impl EmbeddingWorker {
     pub async fn embed_batch(&self, tenant_id: Uuid) -> Result<usize, WorkerError> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
-        let pending = fragments::lock_pending_embeddings(&tx, self.batch_size as i64).await?;
+        let batch_size = self.current_batch_size.load(Ordering::Relaxed);
+        let pending = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
         if pending.is_empty() {
             return Ok(0);
         }
         let texts: Vec<String> = pending.iter().map(|p| p.content.clone()).collect();
         let vectors = match self.embedder.embed(&texts, TextKind::Passage).await {
-            Ok(vectors) => vectors,
+            Ok(vectors) => {
+                self.adapt_batch_size(batch_size, true);
+                vectors
+            }
+            Err(error @ EmbedError::Unavailable(_)) => {
+                self.adapt_batch_size(batch_size, false);
+                return Err(error.into());
+            }
             // The provider rejected something in the batch: find out what,
             // one fragment at a time, so one bad text cannot block the rest.
             Err(EmbedError::Failed(_)) => {
@@ -107,13 +124,31 @@ impl EmbeddingWorker {
                 tx.commit().await?;
                 return Ok(handled);
             }
-            Err(error) => return Err(error.into()),
         };
         let ids: Vec<Uuid> = pending.iter().map(|p| p.id).collect();
         let vectors: Vec<Vector> = vectors.into_iter().map(Vector::from).collect();
         fragments::store_embeddings(&tx, self.embedder.model_id(), &ids, &vectors).await?;
         tx.commit().await?;
         Ok(ids.len())
+    }
+
+    /// Halves the batch size after a batch the provider could not take,
+    /// grows it by half after one it took.
+    fn adapt_batch_size(&self, used: usize, succeeded: bool) {
+        let next = if succeeded {
+            (used + used.div_ceil(2)).min(self.batch_size)
+        } else {
+            (used / 2).max(1)
+        };
+        if next != used {
+            tracing::debug!(from = used, to = next, "embedding batch size adapted");
+        }
+        self.current_batch_size.store(next, Ordering::Relaxed);
+    }
+
+    /// The batch size the next batch will use.
+    pub fn current_batch_size(&self) -> usize {
+        self.current_batch_size.load(Ordering::Relaxed)
     }
 
     /// Embeds `pending` singly; a fragment the provider rejects is retried

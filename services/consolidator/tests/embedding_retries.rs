@@ -1,6 +1,7 @@
 //! A fragment whose text the embedding provider rejects is retried with
 //! backoff and then parked, without holding up the rest of its tenant's
-//! queue; `requeue_parked_embeddings` puts it back.
+//! queue; `requeue_parked_embeddings` puts it back. A provider too slow for
+//! the configured batch size gets smaller batches until they go through.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,5 +170,86 @@ async fn a_rejected_fragment_waits_for_its_backoff() {
         )
         .await,
         1
+    );
+}
+
+/// Misses its deadline (answers unavailable) on any batch larger than
+/// `most`, as a slow provider on a loaded machine does.
+#[derive(Debug)]
+struct Overloaded {
+    most: usize,
+}
+
+#[async_trait::async_trait]
+impl Embedder for Overloaded {
+    fn model_id(&self) -> &str {
+        "overloaded"
+    }
+    fn dimension(&self) -> usize {
+        384
+    }
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.len() > self.most {
+            return Err(EmbedError::Unavailable(
+                "embedding call exceeded its deadline".into(),
+            ));
+        }
+        Ok(texts.iter().map(|_| vec![1.0; 384]).collect())
+    }
+}
+
+#[tokio::test]
+async fn batches_shrink_until_a_slow_provider_keeps_up_then_grow_back() {
+    let Setup {
+        db,
+        _redis,
+        store,
+        tenant,
+        remember,
+    } = setup().await;
+    let principal = tenant.principal();
+    for n in 0..40 {
+        remember
+            .remember(
+                &principal,
+                RememberRequest {
+                    content: format!("Fact number {n} about the nightly build."),
+                    topic: "ops".into(),
+                    r#type: "fact".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let worker = EmbeddingWorker::new(store.clone(), Arc::new(Overloaded { most: 5 }), 32);
+    let stop = CancellationToken::new();
+    // 32 and 16 and 8 miss the deadline; 4 goes through.
+    for expected_next in [16, 8, 4] {
+        assert!(worker.drain_tenant(tenant.tenant_id, &stop).await.is_err());
+        assert_eq!(worker.current_batch_size(), expected_next);
+    }
+    let embedded = worker.drain_tenant(tenant.tenant_id, &stop).await;
+    // 4 succeeds and grows to 6, which fails; the drain reports the failure.
+    assert!(embedded.is_err());
+    assert_eq!(worker.current_batch_size(), 3);
+    assert_eq!(
+        db.count_in_tenant(tenant.tenant_id, "embedding IS NOT NULL")
+            .await,
+        4
+    );
+    // Between 3 and 5 it keeps making progress until the queue is empty.
+    while db
+        .count_in_tenant(tenant.tenant_id, "embedding IS NULL")
+        .await
+        > 0
+    {
+        let _ = worker.drain_tenant(tenant.tenant_id, &stop).await;
+        assert!(worker.current_batch_size() >= 2);
+    }
+    assert_eq!(
+        db.count_in_tenant(tenant.tenant_id, "embedding IS NOT NULL")
+            .await,
+        40
     );
 }

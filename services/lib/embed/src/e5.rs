@@ -19,7 +19,9 @@
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::{EmbedError, Embedder, TextKind};
 
@@ -147,7 +149,8 @@ fn find_engine(dir: &Path) -> Result<PathBuf, EmbedError> {
         .ok_or_else(|| EmbedError::Failed(format!("no _engine*.so in {}", dir.display())))
 }
 
-/// The e5 provider. Embedding runs on the blocking thread pool.
+/// The e5 provider. Embedding runs on the blocking thread pool, in chunks
+/// (see [`crate::local`]).
 pub struct E5Embedder {
     engine: Arc<Mutex<Engine>>,
     dim: usize,
@@ -186,15 +189,6 @@ impl Embedder for E5Embedder {
     }
 
     async fn embed(&self, texts: &[String], kind: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let engine = Arc::clone(&self.engine);
-        let texts = texts.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let mut engine = engine
-                .lock()
-                .map_err(|_| EmbedError::Failed("the e5 engine panicked earlier".into()))?;
-            engine.embed(&texts, kind)
-        })
-        .await
-        .map_err(|e| EmbedError::Failed(format!("embedding task failed: {e}")))?
+        crate::local::embed_in_chunks(&self.engine, texts, kind, Engine::embed).await
     }
 }

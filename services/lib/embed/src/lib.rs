@@ -7,6 +7,8 @@
 //! - [`minilm`] (feature `minilm`): all-MiniLM-L6-v2 through candle.
 //! - [`openai`]: any OpenAI-compatible `/v1/embeddings` endpoint.
 //! - [`hash`]: deterministic feature hashing, for fast tests only.
+//! - [`local`]: how the in-process models run: in chunks on the blocking
+//!   pool, abandoned when their caller's deadline passes.
 //! - [`guard`]: per-call deadline, process-wide concurrency limit and
 //!   metrics around whichever provider is loaded.
 //! - [`from_config`]: picks and loads the configured provider, guarded.
@@ -14,6 +16,7 @@
 pub mod e5;
 pub mod guard;
 pub mod hash;
+pub mod local;
 #[cfg(feature = "minilm")]
 pub mod minilm;
 pub mod openai;

@@ -6,7 +6,9 @@
 //! paraphrase scores ~0.15), so e5 stays the default.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -127,16 +129,10 @@ impl Embedder for MiniLmEmbedder {
         384
     }
 
-    async fn embed(&self, texts: &[String], _kind: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let model = Arc::clone(&self.model);
-        let texts = texts.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let model = model
-                .lock()
-                .map_err(|_| EmbedError::Failed("the MiniLM model panicked earlier".into()))?;
-            model.embed(&texts)
+    async fn embed(&self, texts: &[String], kind: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        crate::local::embed_in_chunks(&self.model, texts, kind, |model, texts, _| {
+            model.embed(texts)
         })
         .await
-        .map_err(|e| EmbedError::Failed(format!("embedding task failed: {e}")))?
     }
 }
