@@ -124,10 +124,14 @@ fn parse_setting(raw: &str) -> Result<(String, String), String> {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The services log through tracing; only warnings matter during a run.
-    mneme_telemetry::init(&LogConfig {
-        filter: std::env::var("MNEME_LOG").unwrap_or_else(|_| "warn".into()),
-        format: LogFormat::Text,
-    });
+    let _telemetry = mneme_telemetry::init(
+        &LogConfig {
+            filter: std::env::var("MNEME_LOG").unwrap_or_else(|_| "warn".into()),
+            format: LogFormat::Text,
+            tracing: mneme_config::TracingConfig::off(),
+        },
+        "mneme-bench",
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -32,7 +32,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    mneme_telemetry::init(&config.log);
+    let _telemetry = mneme_telemetry::init(&config.log, "mneme");
     match mneme::execute(cli.command, config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -22,6 +22,9 @@ const MOVED_BY_THE_FLOW: &[&str] = &[
     "mneme_grpc_client_seconds_count",
     "mneme_grpc_server_handled_seconds_count",
     "mneme_db_pool_acquire_seconds_count",
+    "mneme_db_pool_connections",
+    "mneme_db_statement_seconds_count",
+    "mneme_redis_command_seconds_count",
     "mneme_embedding_calls_total",
     "mneme_embedding_texts_total",
 ];
@@ -68,6 +71,16 @@ async fn scrape(http: &reqwest::Client, addr: std::net::SocketAddr) -> String {
 
 #[tokio::test]
 async fn an_end_to_end_flow_moves_the_documented_metrics_and_nothing_undocumented_is_served() {
+    // The subscriber the binaries install: Redis latency comes from its
+    // span-derived metrics.
+    let _telemetry = mneme_telemetry::init(
+        &mneme_config::LogConfig {
+            filter: "warn".into(),
+            format: mneme_config::LogFormat::Text,
+            tracing: mneme_config::TracingConfig::off(),
+        },
+        "metrics-test",
+    );
     let stack = Stack::start("hash", &[]).await;
     let tenant = create_tenant(&stack.db.store(), "metered", ALL_PERMISSIONS).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -66,6 +66,7 @@ impl Backends {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.timeout);
         self.signer.attach(&mut request, principal);
+        mneme_proto::trace_context::inject_current(&mut request);
         request
     }
 

@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use mneme_core::Error;
 use serde_json::json;
 
-/// An error answered as `{"error": {"code", "message"}}` with the status of
-/// its [`mneme_core::ErrorCode`].
+/// An error answered as `{"error": {"code", "message", "trace_id"}}` with
+/// the status of its [`mneme_core::ErrorCode`].
 #[derive(Debug)]
 pub(crate) struct ApiError(pub(crate) Error);
 
@@ -15,7 +15,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.0.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = json!({"error": {"code": self.0.code.as_str(), "message": self.0.message}});
+        let mut body = json!({"error": {"code": self.0.code.as_str(), "message": self.0.message}});
+        // Quoting it to support finds the request's trace and logs.
+        if let Some(trace_id) = mneme_telemetry::trace::current_trace_id() {
+            body["error"]["trace_id"] = trace_id.into();
+        }
         (status, Json(body)).into_response()
     }
 }

@@ -211,6 +211,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
                 .layer(middleware::from_fn(metrics::track_http))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(middleware::from_fn(keep_request_span))
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 .layer(hygiene::cors(&lists))
                 .layer(CatchPanicLayer::custom(hygiene::panic_response))
@@ -222,20 +223,42 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
         )
 }
 
-/// The span of one request: its id ties every log line of the request
-/// together (and to the `X-Request-Id` the client sees).
+/// The span of one request: its ids tie every log line of the request
+/// together, to the `X-Request-Id` the client sees and to the trace the
+/// caller's `traceparent` started (or a new one).
 fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
     let request_id = request
         .headers()
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         path = %request.uri().path(),
         request_id,
-    )
+        trace_id = tracing::field::Empty,
+    );
+    mneme_telemetry::trace::continue_trace_from(&span, request.headers());
+    if let Some(trace_id) = mneme_telemetry::trace::trace_id_of(&span) {
+        span.record("trace_id", trace_id);
+    }
+    span
+}
+
+/// The request's span, kept on the request so work that runs outside it
+/// (rmcp handles each MCP message on a task of its own) can join it.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestSpan(pub(crate) tracing::Span);
+
+async fn keep_request_span(
+    mut request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    request
+        .extensions_mut()
+        .insert(RequestSpan(tracing::Span::current()));
+    next.run(request).await
 }
 
 /// Serves the gateway on `listener` until `shutdown`, then lets in-flight

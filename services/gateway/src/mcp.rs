@@ -9,6 +9,7 @@
 //! [`mneme_core::ErrorCode::jsonrpc_code`]).
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use mneme_core::{Error, Principal};
 use rmcp::model::{
@@ -100,7 +101,10 @@ fn request_error(error: Error) -> ErrorData {
 /// errors, a JSON-RPC error for protocol faults.
 pub(crate) fn tool_error(error: Error) -> Result<CallToolResponse, ErrorData> {
     let Error { code, message } = error;
-    let body = json!({"error": {"code": code.as_str(), "message": message}});
+    let mut body = json!({"error": {"code": code.as_str(), "message": message}});
+    if let Some(trace_id) = mneme_telemetry::trace::current_trace_id() {
+        body["error"]["trace_id"] = trace_id.into();
+    }
     match code.jsonrpc_code() {
         None => Ok(CallToolResult::error(vec![ContentBlock::text(body.to_string())]).into()),
         Some(jsonrpc) => Err(ErrorData::new(
@@ -273,6 +277,24 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let parent = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<crate::RequestSpan>())
+            .map_or_else(tracing::Span::none, |span| span.0.clone());
+        let span = tracing::info_span!(parent: &parent, "tool_call", tool = %request.name);
+        self.call_tool_in_span(request, context)
+            .instrument(span)
+            .await
+    }
+}
+
+impl McpServer {
+    async fn call_tool_in_span(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,

@@ -5,7 +5,7 @@ use mneme_config::{Config, ProcessEnv};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::from_env(&ProcessEnv)?;
-    mneme_telemetry::init(&config.log);
+    let _telemetry = mneme_telemetry::init(&config.log, "mneme-recall");
     mneme_telemetry::metrics::spawn_exporter(config.metrics_addr);
     let listener = tokio::net::TcpListener::bind(config.recall.grpc_addr).await?;
     mneme_recall::run(config, listener, mneme_telemetry::shutdown_signal()).await

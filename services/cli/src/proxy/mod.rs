@@ -60,13 +60,17 @@ pub async fn command(
         Action::Validate => validate(&path),
         Action::Serve => {
             if init_logging {
-                mneme_telemetry::init(&LogConfig {
-                    filter: std::env::var("MNEME_LOG")
-                        .ok()
-                        .filter(|f| !f.trim().is_empty())
-                        .unwrap_or_else(|| "warn,mneme=info".to_owned()),
-                    format: LogFormat::Text,
-                });
+                let _ = mneme_telemetry::init(
+                    &LogConfig {
+                        filter: std::env::var("MNEME_LOG")
+                            .ok()
+                            .filter(|f| !f.trim().is_empty())
+                            .unwrap_or_else(|| "warn,mneme=info".to_owned()),
+                        format: LogFormat::Text,
+                        tracing: mneme_config::TracingConfig::off(),
+                    },
+                    "mneme-proxy",
+                );
             }
             serve(path).await
         }

@@ -91,6 +91,9 @@ impl Cache {
         let mut config = Config::from_url(url)?;
         // Keep retrying the first connection instead of failing start-up.
         config.fail_fast = false;
+        // A span per command: it joins the request's trace and feeds
+        // `mneme_redis_command_seconds` (see mneme_telemetry::span_metrics).
+        config.tracing = fred::types::config::TracingConfig::new(true);
         let client = builder(&config).build()?;
         client.connect();
         if tokio::time::timeout(CONNECT_WAIT, client.wait_for_connect())

@@ -802,6 +802,30 @@ impl FromStr for LogFormat {
 pub struct LogConfig {
     pub filter: String,
     pub format: LogFormat,
+    pub tracing: TracingConfig,
+}
+
+/// OpenTelemetry trace export.
+#[derive(Debug, Clone)]
+pub struct TracingConfig {
+    /// OTLP/gRPC collector; `None` exports nothing.
+    pub otlp_endpoint: Option<String>,
+    /// Share of new root traces recorded, in `[0, 1]`.
+    pub sample_ratio: f64,
+    /// Overrides the process role as `service.name`.
+    pub service_name: Option<String>,
+}
+
+impl TracingConfig {
+    /// No export (processes that never serve requests, like the desktop
+    /// proxy).
+    pub fn off() -> Self {
+        Self {
+            otlp_endpoint: None,
+            sample_ratio: 0.0,
+            service_name: None,
+        }
+    }
 }
 
 /// Strips a trailing slash and checks the scheme.
@@ -1138,7 +1162,20 @@ impl Config {
         let log = LogConfig {
             filter: r.raw(settings::LOG).unwrap_or_default(),
             format: r.value(settings::LOG_FORMAT),
+            tracing: TracingConfig {
+                otlp_endpoint: r
+                    .raw(settings::OTLP_ENDPOINT)
+                    .map(|url| parse_base_url(&mut r, settings::OTLP_ENDPOINT, url)),
+                sample_ratio: r.value(settings::OTLP_SAMPLE_RATIO),
+                service_name: r.raw(settings::SERVICE_NAME),
+            },
         };
+        if !(0.0..=1.0).contains(&log.tracing.sample_ratio) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::OTLP_SAMPLE_RATIO.name
+            ));
+        }
         let metrics_addr = r.optional(settings::METRICS_ADDR);
         let whole =
             |r: &mut Reader<'_>, setting| i32::try_from(r.positive(setting)).unwrap_or(i32::MAX);

@@ -351,9 +351,17 @@ settings! {
     }
     "Logging" {
         LOG = "MNEME_LOG", Some("info"),
-            "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`).";
+            "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`). Libraries that log request payloads below `info` (rmcp, tokio_postgres, fred, h2, hyper, reqwest, tonic) stay at `info` unless the filter names them.";
         LOG_FORMAT = "MNEME_LOG_FORMAT", Some("text"),
-            "`text` for humans or `json` for log pipelines.";
+            "`text` for humans or `json` for log pipelines. Either way, API keys, bearer tokens, JWTs and passwords in URLs are masked in every line, and memory content is never logged.";
+    }
+    "Tracing" {
+        OTLP_ENDPOINT = "MNEME_OTLP_ENDPOINT", None,
+            "OpenTelemetry collector that receives traces over OTLP/gRPC (e.g. `http://otel-collector:4317`). Unset: no spans are exported. Trace context (W3C `traceparent`) is taken from incoming requests and passed on to the backends either way.";
+        OTLP_SAMPLE_RATIO = "MNEME_OTLP_SAMPLE_RATIO", Some("0.1"),
+            "Share of new traces (requests without a sampled `traceparent`) that are recorded, from 0 to 1. A request whose caller already sampled it is always recorded.";
+        SERVICE_NAME = "MNEME_SERVICE_NAME", None,
+            "`service.name` of this process's spans. Default: the process's role (`mneme-gateway`, `mneme-recall`, `mneme-remember`, `mneme-consolidator`; `mneme` for `mneme up`).";
     }
     "Active surfacing" {
         SURFACING_ENABLED = "MNEME_SURFACING_ENABLED", Some("true"),

@@ -7,12 +7,16 @@
 //! - [`error`]: [`mneme_core::Error`] ⇄ [`tonic::Status`], preserving the
 //!   exact [`mneme_core::ErrorCode`] across the hop.
 //! - [`server`]: the common gRPC server of every backend (health,
-//!   reflection, graceful shutdown).
+//!   reflection, graceful shutdown, metrics, a span per call that continues
+//!   the caller's trace).
+//! - [`trace_context`]: the caller's side of that: W3C trace context into
+//!   call metadata.
 #![forbid(unsafe_code)]
 
 pub mod error;
 pub mod principal;
 pub mod server;
+pub mod trace_context;
 
 /// Generated code of package `mneme.v1`.
 #[allow(

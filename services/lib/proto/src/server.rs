@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::LazyLock;
 
 use prometheus::HistogramVec;
+use tracing::Instrument;
 
 use tokio::net::TcpListener;
 use tonic::body::Body;
@@ -61,7 +62,8 @@ static SERVER_CALLS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
-/// Records one call: the method is the last segment of the path
+/// Serves one call inside a span that continues the caller's trace, and
+/// records it: the method is the last segment of the path
 /// (`/mneme.v1.RecallService/Recall`, bounded by the proto files), the
 /// code comes from a trailers-only error answer's `grpc-status` header;
 /// other answers count as `OK` (a stream that fails later is not seen).
@@ -76,8 +78,18 @@ async fn track_call(
         .next()
         .unwrap_or_default()
         .to_owned();
+    let span = tracing::info_span!(
+        "grpc",
+        rpc.system = "grpc",
+        rpc.method = %method,
+        trace_id = tracing::field::Empty,
+    );
+    mneme_telemetry::trace::continue_trace_from(&span, request.headers());
+    if let Some(trace_id) = mneme_telemetry::trace::trace_id_of(&span) {
+        span.record("trace_id", trace_id);
+    }
     let started = std::time::Instant::now();
-    let response = next.run(request).await;
+    let response = next.run(request).instrument(span).await;
     let code = response
         .headers()
         .get("grpc-status")

@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`Store`]: the connection pool, start-up checks and tenant transactions.
+//! - `instrument`: statement spans and latency, pool gauges.
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
 //! - One repository module per table or family of tables: [`tenants`],
 //!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
@@ -31,6 +32,7 @@ pub mod claims;
 pub mod consolidation;
 pub mod feedback;
 pub mod fragments;
+mod instrument;
 pub mod key_groups;
 pub mod links;
 pub mod migrate;
@@ -46,14 +48,17 @@ pub mod usage;
 pub mod users;
 pub mod versions;
 
+use std::future::Future;
 use std::ops::Deref;
+use std::panic::Location;
 use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use mneme_core::{Error as ApiError, ErrorCode};
-use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row, ToStatement};
 use uuid::Uuid;
 
 /// A failure of the database layer.
@@ -151,26 +156,6 @@ pub struct Store {
     pool: Pool,
 }
 
-/// Time to get a pooled connection, by outcome (`ok`, `timeout`: the pool
-/// was exhausted for `acquire_timeout`, `error`: connecting failed).
-static POOL_ACQUIRE: std::sync::LazyLock<prometheus::HistogramVec> = std::sync::LazyLock::new(
-    || {
-        mneme_telemetry::metrics::register(
-            prometheus::HistogramVec::new(
-                prometheus::HistogramOpts::new(
-                    "mneme_db_pool_acquire_seconds",
-                    "Time to get a PostgreSQL connection from the pool, by outcome (ok, timeout, error).",
-                )
-                .buckets(vec![
-                    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0,
-                ]),
-                &["outcome"],
-            )
-            .expect("valid metric"),
-        )
-    },
-);
-
 impl Store {
     /// Builds a pool. No connection is opened until first use.
     pub fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
@@ -199,6 +184,7 @@ impl Store {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot build the database pool: {e}")))?;
+        instrument::watch_pool(&pool);
         Ok(Self { pool })
     }
 
@@ -238,7 +224,7 @@ impl Store {
             Err(deadpool_postgres::PoolError::Timeout(_)) => "timeout",
             Err(_) => "error",
         };
-        POOL_ACQUIRE
+        instrument::POOL_ACQUIRE
             .with_label_values(&[outcome])
             .observe(started.elapsed().as_secs_f64());
         Ok(client?)
@@ -348,6 +334,58 @@ impl<'a> TenantTx<'a> {
 
     pub async fn commit(self) -> Result<()> {
         Ok(self.tx.commit().await?)
+    }
+
+    // The statement methods below shadow the transaction's own (reached
+    // through `Deref`), so every repository statement is traced and timed
+    // under its call site without changing a call.
+
+    #[track_caller]
+    pub fn query<'b, T>(
+        &'b self,
+        statement: &'b T,
+        params: &'b [&'b (dyn ToSql + Sync)],
+    ) -> impl Future<Output = std::result::Result<Vec<Row>, tokio_postgres::Error>> + Send + 'b
+    where
+        T: ?Sized + ToStatement + Sync,
+    {
+        instrument::statement(Location::caller(), self.tx.query(statement, params))
+    }
+
+    #[track_caller]
+    pub fn query_one<'b, T>(
+        &'b self,
+        statement: &'b T,
+        params: &'b [&'b (dyn ToSql + Sync)],
+    ) -> impl Future<Output = std::result::Result<Row, tokio_postgres::Error>> + Send + 'b
+    where
+        T: ?Sized + ToStatement + Sync,
+    {
+        instrument::statement(Location::caller(), self.tx.query_one(statement, params))
+    }
+
+    #[track_caller]
+    pub fn query_opt<'b, T>(
+        &'b self,
+        statement: &'b T,
+        params: &'b [&'b (dyn ToSql + Sync)],
+    ) -> impl Future<Output = std::result::Result<Option<Row>, tokio_postgres::Error>> + Send + 'b
+    where
+        T: ?Sized + ToStatement + Sync,
+    {
+        instrument::statement(Location::caller(), self.tx.query_opt(statement, params))
+    }
+
+    #[track_caller]
+    pub fn execute<'b, T>(
+        &'b self,
+        statement: &'b T,
+        params: &'b [&'b (dyn ToSql + Sync)],
+    ) -> impl Future<Output = std::result::Result<u64, tokio_postgres::Error>> + Send + 'b
+    where
+        T: ?Sized + ToStatement + Sync,
+    {
+        instrument::statement(Location::caller(), self.tx.execute(statement, params))
     }
 }
 
