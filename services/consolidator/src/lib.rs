@@ -34,7 +34,7 @@ use mneme_embed::{EmbedError, Embedder, TextKind};
 use mneme_store::{Store, StoreError, TenantTx, fragments, tenants};
 use mneme_telemetry::metrics::register;
 use pgvector::Vector;
-use prometheus::IntCounter;
+use prometheus::{Gauge, IntCounter, IntGauge};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -48,6 +48,26 @@ pub enum WorkerError {
     #[error(transparent)]
     Embed(#[from] mneme_embed::EmbedError),
 }
+
+/// The embedding backlog over all tenants, as of the last sweep.
+static BACKLOG: LazyLock<(IntGauge, Gauge)> = LazyLock::new(|| {
+    (
+        register(
+            IntGauge::new(
+                "mneme_embedding_queue_depth",
+                "Fragments waiting for an embedding over all tenants (parked ones excluded), as of the embedding worker's last sweep.",
+            )
+            .expect("valid metric"),
+        ),
+        register(
+            Gauge::new(
+                "mneme_embedding_queue_oldest_seconds",
+                "Age of the oldest fragment waiting for an embedding, as of the last sweep.",
+            )
+            .expect("valid metric"),
+        ),
+    )
+});
 
 static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
     register(
@@ -220,6 +240,13 @@ impl EmbeddingWorker {
         Ok(total)
     }
 
+    /// The tenant's waiting fragments and the age of the oldest.
+    async fn backlog(&self, tenant_id: Uuid) -> Result<(i64, f64), WorkerError> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, tenant_id).await?;
+        Ok(fragments::pending_embedding_backlog(&tx).await?)
+    }
+
     /// Drains every active tenant once. A failing tenant is logged and
     /// skipped so it cannot block the others.
     pub async fn sweep(&self, stop: &CancellationToken) -> Result<usize, WorkerError> {
@@ -228,6 +255,18 @@ impl EmbeddingWorker {
             tenants::active_ids(&client).await?
         };
         let mut total = 0;
+        let (mut depth, mut oldest) = (0, 0.0_f64);
+        for &tenant_id in &tenant_ids {
+            match self.backlog(tenant_id).await {
+                Ok((waiting, age)) => {
+                    depth += waiting;
+                    oldest = oldest.max(age);
+                }
+                Err(error) => tracing::debug!(tenant.id = %tenant_id, %error, "backlog not read"),
+            }
+        }
+        BACKLOG.0.set(depth);
+        BACKLOG.1.set(oldest);
         for tenant_id in tenant_ids {
             if stop.is_cancelled() {
                 break;

@@ -566,7 +566,10 @@ async fn each_due_tenant_is_consolidated_once_however_many_consolidators_poll() 
     .await
     .unwrap();
     assert_eq!(b.poll(&stop).await.unwrap(), 0, "the lease is held");
+    // Dropping a transaction queues its ROLLBACK; a round trip on the same
+    // connection makes sure the server has run it before the next poll.
     drop(held);
+    held_client.simple_query("SELECT 1").await.unwrap();
     drop(held_client);
     assert_eq!(
         b.poll(&stop).await.unwrap(),

@@ -15,6 +15,7 @@ use serde_json::json;
 const MOVED_BY_THE_FLOW: &[&str] = &[
     "mneme_http_request_seconds_count",
     "mneme_http_rejected_total",
+    "mneme_auth_failures_total",
     "mneme_mcp_request_seconds_count",
     "mneme_mcp_sessions_total",
     "mneme_tool_call_seconds_count",

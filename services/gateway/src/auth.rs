@@ -183,12 +183,38 @@ fn unauthorized(app: &App, message: &str, token_presented: bool) -> Response {
     response
 }
 
+/// Why a credential was refused, as counted in `mneme_auth_failures_total`.
+#[derive(Debug, Clone, Copy)]
+enum AuthFailure {
+    Missing,
+    InUrl,
+    UnknownKey,
+    InvalidToken,
+    Throttled,
+}
+
+impl AuthFailure {
+    fn count(self) {
+        let reason = match self {
+            Self::Missing => "missing",
+            Self::InUrl => "in_url",
+            Self::UnknownKey => "unknown_key",
+            Self::InvalidToken => "invalid_token",
+            Self::Throttled => "throttled",
+        };
+        crate::metrics::METRICS
+            .auth_failures
+            .with_label_values(&[reason])
+            .inc();
+    }
+}
+
 /// 401, counted against the client's address.
 async fn failed(
     app: &App,
     client_ip: Option<std::net::IpAddr>,
     message: &str,
-    token_presented: bool,
+    why: AuthFailure,
 ) -> Response {
     if let Some(ip) = client_ip {
         app.limiter.record_failed_auth(ip).await;
@@ -197,7 +223,8 @@ async fn failed(
         .rejected
         .with_label_values(&["unauthenticated"])
         .inc();
-    unauthorized(app, message, token_presented)
+    why.count();
+    unauthorized(app, message, !matches!(why, AuthFailure::Missing))
 }
 
 /// The bearer credential of a request, owned (so no borrow of the request
@@ -216,7 +243,13 @@ pub(crate) async fn resolve_bearer_key(
 ) -> Result<Option<Arc<Authenticated>>, Response> {
     match app.keys.resolve(token).await {
         Ok(Some(found)) => Ok(Some(found)),
-        Ok(None) => Err(failed(app, client_ip, "invalid, revoked or expired API key", true).await),
+        Ok(None) => Err(failed(
+            app,
+            client_ip,
+            "invalid, revoked or expired API key",
+            AuthFailure::UnknownKey,
+        )
+        .await),
         Err(error) => Err(ApiError(error.into()).into_response()),
     }
 }
@@ -235,6 +268,7 @@ pub(crate) async fn require_principal(
     next: Next,
 ) -> Response {
     if has_credential_in_query(&request) {
+        AuthFailure::InUrl.count();
         return ApiError(Error::invalid_argument(
             "credentials are accepted only in the Authorization header, never in the URL",
         ))
@@ -246,11 +280,12 @@ pub(crate) async fn require_principal(
             &app,
             client_ip,
             "missing bearer credentials: send `Authorization: Bearer <API key or access token>`",
-            false,
+            AuthFailure::Missing,
         )
         .await;
     };
-    let credential = if mneme_core::api_key::parse_prefix(&token).is_some() {
+    let is_api_key = mneme_core::api_key::parse_prefix(&token).is_some();
+    let credential = if is_api_key {
         let cached = app.keys.cached(&token);
         // Credentials this pod has not verified lately cost a database
         // lookup: an address that keeps failing is refused before that.
@@ -258,6 +293,7 @@ pub(crate) async fn require_principal(
             && let Some(ip) = client_ip
             && let Some(refusal) = app.limiter.check_ip(ip).await
         {
+            AuthFailure::Throttled.count();
             return refusal;
         }
         match cached {
@@ -288,7 +324,11 @@ pub(crate) async fn require_principal(
             &app,
             client_ip,
             "invalid, revoked or expired API key or access token",
-            true,
+            if is_api_key {
+                AuthFailure::UnknownKey
+            } else {
+                AuthFailure::InvalidToken
+            },
         )
         .await;
     };

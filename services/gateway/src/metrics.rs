@@ -16,6 +16,9 @@ pub(crate) struct Metrics {
     /// Rate-limit decisions by scope (`tenant`, `key`, `writes`, `daily`,
     /// `ip`), decision (`allowed`, `limited`) and backend (`redis`, `local`).
     pub(crate) rate_limit: IntCounterVec,
+    /// Credentials refused, by reason (`missing`, `in_url`, `unknown_key`,
+    /// `invalid_token`, `throttled`).
+    pub(crate) auth_failures: IntCounterVec,
     /// Requests refused before reaching MCP, by reason (`origin`, `host`,
     /// `protocol_version`, `unauthenticated`, `body_too_large`).
     pub(crate) rejected: IntCounterVec,
@@ -64,6 +67,11 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "mneme_rate_limit_decisions_total",
         "Rate-limit decisions by scope, decision and counter backend.",
         &["scope", "decision", "backend"],
+    ),
+    auth_failures: counter(
+        "mneme_auth_failures_total",
+        "Credentials refused on MCP, SSE and REST routes, by reason.",
+        &["reason"],
     ),
     rejected: counter(
         "mneme_http_rejected_total",

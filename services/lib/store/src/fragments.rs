@@ -888,6 +888,21 @@ pub async fn count_pending_embeddings(tx: &TenantTx<'_>) -> Result<i64> {
         .get(0))
 }
 
+/// The tenant's embedding backlog: fragments waiting (parked ones
+/// excluded) and the age in seconds of the oldest (0 when none wait).
+pub async fn pending_embedding_backlog(tx: &TenantTx<'_>) -> Result<(i64, f64)> {
+    let row = tx
+        .query_one(
+            "SELECT count(*),
+                    coalesce(extract(epoch FROM now() - min(created_at))::float8, 0)
+               FROM mneme.fragments
+              WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NULL",
+            &[&tx.tenant_id()],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// Ends the validity of `old_ids` (those readable with `key_ids` and still
 /// valid) because `new_id` replaces them: `valid_to` is set, importance
 /// halved (never below 0.05), and a `superseded_by` link points from each old
