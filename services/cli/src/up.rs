@@ -118,6 +118,7 @@ pub async fn up(
         &config.gateway.remember_url,
         signer,
         config.gateway.backend_timeout,
+        config.gateway.backend_resolve_every,
     )?;
     let gateway_stop = stop.clone().cancelled_owned();
     tasks.spawn(async move {

@@ -18,7 +18,7 @@ use mneme_proto::v1::{
     SearchTracesResponse, StatsRequest, StatsResponse, SurfaceRequest, SurfaceResponse,
     ToolFeedbackRequest, ToolFeedbackResponse, batch_remember_event, consolidate_event,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -38,13 +38,15 @@ pub struct Backends {
     timeout: Duration,
 }
 
-fn channel(url: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(url.to_owned())?
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true)
-        .connect_lazy())
+/// One connection to `url`'s host, or (with `resolve_every`) a channel
+/// balanced over every address the host resolves to.
+fn channel(url: &str, resolve_every: Option<Duration>) -> anyhow::Result<Channel> {
+    match resolve_every {
+        None => Ok(crate::discovery::endpoint(url.to_owned())?.connect_lazy()),
+        Some(every) => {
+            crate::discovery::balanced_channel(url, every, crate::discovery::system_resolver())
+        }
+    }
 }
 
 impl Backends {
@@ -53,10 +55,11 @@ impl Backends {
         remember_url: &str,
         signer: PrincipalSigner,
         timeout: Duration,
+        resolve_every: Option<Duration>,
     ) -> anyhow::Result<Self> {
         Ok(Self {
-            recall: channel(recall_url)?,
-            remember: channel(remember_url)?,
+            recall: channel(recall_url, resolve_every)?,
+            remember: channel(remember_url, resolve_every)?,
             signer,
             timeout,
         })

@@ -12,7 +12,8 @@
 //! - `mcp`: the MCP server over the registry.
 //! - `catalog`: MCP prompts and resources.
 //! - `rest`: `POST /v1/tools/{name}` and `/openapi.json` over the registry.
-//! - `backends`: gRPC clients of the backend services.
+//! - `backends`: gRPC clients of the backend services; `discovery` balances
+//!   them over every address of a backend host (headless Services).
 //! - `health`: `/health` (liveness) and `/ready` (dependencies).
 //! - `error`: HTTP error bodies for non-MCP routes.
 //!
@@ -41,6 +42,7 @@ mod admin;
 mod auth;
 mod backends;
 mod catalog;
+mod discovery;
 mod error;
 mod health;
 mod hygiene;
@@ -453,6 +455,7 @@ pub async fn run(
         &config.gateway.remember_url,
         PrincipalSigner::new(token.expose()),
         config.gateway.backend_timeout,
+        config.gateway.backend_resolve_every,
     )?;
     let cache = Cache::from_config(&config.redis).await?;
     let app = App::new(store, cache, backends, &config, token.expose())?;

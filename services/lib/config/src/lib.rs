@@ -510,6 +510,9 @@ pub struct GatewayConfig {
     pub recall_url: String,
     pub remember_url: String,
     pub backend_timeout: Duration,
+    /// `Some`: balance over every address of the backend hosts, resolved
+    /// on this interval.
+    pub backend_resolve_every: Option<Duration>,
     pub max_body_bytes: usize,
     pub auth_cache: Duration,
     pub request_timeout: Duration,
@@ -925,6 +928,10 @@ impl Config {
             recall_url,
             remember_url,
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
+            backend_resolve_every: Some(Duration::from_secs(
+                r.value(settings::BACKEND_RESOLVE_SECS),
+            ))
+            .filter(|every| !every.is_zero()),
             max_body_bytes: r.positive(settings::MAX_BODY_BYTES),
             auth_cache: Duration::from_secs(r.value(settings::AUTH_CACHE_SECS)),
             request_timeout: r.millis(settings::REQUEST_TIMEOUT_MS),

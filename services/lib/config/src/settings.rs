@@ -64,6 +64,8 @@ settings! {
             "gRPC endpoint of the remember service, as seen from the gateway.";
         BACKEND_TIMEOUT_MS = "MNEME_BACKEND_TIMEOUT_MS", Some("10000"),
             "Deadline of each gateway→backend gRPC call, in milliseconds; propagated to the backend.";
+        BACKEND_RESOLVE_SECS = "MNEME_BACKEND_RESOLVE_SECS", Some("0"),
+            "Re-resolve the recall and remember hosts every this many seconds and balance calls over all their addresses (for Kubernetes headless Services, so pods the autoscaler adds get traffic at once). 0: one connection per backend host, re-resolved only when it reconnects (a single backend, or a service mesh that balances).";
         AUTH_CACHE_SECS = "MNEME_AUTH_CACHE_SECS", Some("10"),
             "Seconds a gateway pod reuses a verified API key (and its key groups) before checking the database again; a revoked key stops working within this time. 0 checks every request.";
         MAX_BODY_BYTES = "MNEME_MAX_BODY_BYTES", Some("2097152"),
