@@ -123,10 +123,10 @@ async fn run_on(
         && options.plan.clients > target.keys.len()
     {
         eprintln!(
-            "note: {} clients share {} keys; with MNEME_SESSION_REUSE_BY_TOKEN on (mneme's \
-             default) clients of one key share one MCP session, and their requests can \
-             collide. Run the stack with MNEME_SESSION_REUSE_BY_TOKEN=false, or give each \
-             client a key of its own.",
+            "note: {} clients share {} keys; if the stack runs with \
+             MNEME_SESSION_REUSE_BY_TOKEN=true, clients of one key share one MCP session and \
+             their requests can collide. Keep it off (the default), or give each client a key \
+             of its own.",
             options.plan.clients,
             target.keys.len()
         );

@@ -19,9 +19,15 @@
 //!   Redis flushed) is recreated under the same id for the credentials that
 //!   present it; the client never notices. An id mneme did not issue, or one
 //!   the client ended with `DELETE`, gets 404 with JSON-RPC -32000.
-//! - **Credential reuse.** An `initialize` with the same bearer credential as
-//!   a live session gets that session back (claude.ai and ChatGPT
-//!   re-initialize almost every call). Redis keeps a hash of the credential.
+//! - **Lifetime.** A new session lives `MNEME_SESSION_MIN_TTL_SECS` unused;
+//!   each use extends it to twice its age, up to `MNEME_SESSION_TTL_SECS`
+//!   ([`SessionLifetime`]), so per-call sessions of connector hosts vanish
+//!   quickly and long-used ones keep their slack.
+//! - **Credential reuse** (opt-in, `MNEME_SESSION_REUSE_BY_TOKEN`). An
+//!   `initialize` with the same bearer credential as a live session gets
+//!   that session back. Off by default: concurrent clients of one
+//!   credential would share a session and their JSON-RPC ids collide.
+//!   Redis keeps a hash of the credential.
 //!
 //! When Redis is unreachable, sessions keep working on the pod that holds
 //! them and are recreated from their id elsewhere; nothing is refused for
@@ -39,7 +45,7 @@ use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
-use mneme_cache::{Cache, SessionRecord};
+use mneme_cache::{Cache, SessionLifetime, SessionRecord};
 use mneme_core::Principal;
 use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
@@ -219,6 +225,7 @@ impl SessionManager for Sessions {
 /// record; the replay uses the version the client presents).
 pub(crate) struct SessionStates {
     cache: Cache,
+    /// A new session's lifetime (its uses extend it, see `SessionLifetime`).
     ttl: Duration,
     recovering: moka::sync::Cache<String, SessionState>,
 }
@@ -286,7 +293,7 @@ pub(crate) struct SessionLayer {
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) states: Arc<SessionStates>,
     cache: Cache,
-    ttl: Duration,
+    lifetime: SessionLifetime,
     reuse_by_token: bool,
 }
 
@@ -305,17 +312,20 @@ impl SessionLayer {
         let ids = Arc::new(SessionIds::new(internal_token));
         Self {
             sessions: Arc::new(Sessions::new(ids.clone(), config.worker_idle)),
-            states: Arc::new(SessionStates::new(cache.clone(), config.ttl)),
+            states: Arc::new(SessionStates::new(cache.clone(), config.min_ttl)),
             ids,
             cache,
-            ttl: config.ttl,
+            lifetime: SessionLifetime {
+                min: config.min_ttl,
+                max: config.ttl,
+            },
             reuse_by_token: config.reuse_by_token,
         }
     }
 
-    /// How long an idle session lives.
-    pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
+    /// How long an idle session lives, by its age.
+    pub(crate) fn lifetime(&self) -> SessionLifetime {
+        self.lifetime
     }
 
     /// Ends a session for an administrator: its record says closed (every
@@ -339,7 +349,7 @@ impl SessionLayer {
             return Err(());
         }
         self.cache
-            .touch_session(id, self.ttl)
+            .touch_session(id, self.lifetime)
             .await
             .map_err(|error| {
                 tracing::warn!(%error, "session record unavailable");
@@ -347,7 +357,7 @@ impl SessionLayer {
     }
 
     async fn save(&self, id: &str, record: &SessionRecord) {
-        if let Err(error) = self.cache.put_session(id, record, self.ttl).await {
+        if let Err(error) = self.cache.put_session(id, record, self.lifetime).await {
             tracing::warn!(%error, "session record not saved");
         }
     }
@@ -631,7 +641,7 @@ async fn initialize(
         if let Some(credential) = &credential
             && let Err(error) = layer
                 .cache
-                .bind_credential_session(credential, &id, layer.ttl)
+                .bind_credential_session(credential, &id, layer.lifetime.max)
                 .await
         {
             tracing::debug!(%error, "credential not bound to its session");

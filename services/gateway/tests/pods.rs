@@ -129,11 +129,12 @@ async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn initialize_with_the_same_credentials_gets_the_live_session_back() {
+async fn with_reuse_on_initialize_with_the_same_credentials_gets_the_live_session_back() {
     let fleet = Fleet::start().await;
     let acme = create_tenant(&fleet.db.store(), "acme", ALL_PERMISSIONS).await;
     let globex = create_tenant(&fleet.db.store(), "globex", ALL_PERMISSIONS).await;
-    let (pod_a, pod_b) = (fleet.pod(&[]).await, fleet.pod(&[]).await);
+    let reuse = [("MNEME_SESSION_REUSE_BY_TOKEN", "true")];
+    let (pod_a, pod_b) = (fleet.pod(&reuse).await, fleet.pod(&reuse).await);
 
     let first = pod_a.initialize(&acme.api_key).await;
     let again = pod_b
@@ -158,14 +159,63 @@ async fn initialize_with_the_same_credentials_gets_the_live_session_back() {
         "never another key's session"
     );
 
-    // Without reuse, every initialize opens a session of its own.
-    let fresh_pod = fleet
-        .pod(&[("MNEME_SESSION_REUSE_BY_TOKEN", "false")])
-        .await;
+    // Without reuse (the default: concurrent clients of one key must not
+    // share a session), every initialize opens a session of its own.
+    let fresh_pod = fleet.pod(&[]).await;
     let fresh = fresh_pod
         .post(&acme.api_key, None, &[], &initialize("2025-06-18"))
         .await;
     assert_ne!(fresh.session_id(), Some(first));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_session_lives_an_hour_and_use_extends_it_with_its_age() {
+    let fleet = Fleet::start().await;
+    let acme = create_tenant(&fleet.db.store(), "acme", ALL_PERMISSIONS).await;
+    let pod = fleet.pod(&[]).await;
+    let session = pod.initialize(&acme.api_key).await;
+    let redis = fred::clients::Client::new(
+        fred::types::config::Config::from_url(&fleet.redis.url).unwrap(),
+        None,
+        None,
+        None,
+    );
+    redis.init().await.unwrap();
+    let record = format!("{}sess:{{{session}}}", fleet.redis.prefix);
+    let hour_ms = 3_600_000_i64;
+    let ttls = |redis: fred::clients::Client, record: String| async move {
+        let left: i64 = redis.pttl(&record).await.unwrap();
+        let init: i64 = redis.pttl(format!("{record}:init")).await.unwrap();
+        (left, init)
+    };
+    let (left, init) = ttls(redis.clone(), record.clone()).await;
+    assert!(left > hour_ms - 60_000 && left <= hour_ms, "{left}");
+    assert!(init > hour_ms - 60_000 && init <= hour_ms, "{init}");
+
+    // The session turns ten days old: its next use gives it twenty.
+    let raw: String = redis.get(&record).await.unwrap();
+    let mut stored: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let created = stored["created_at_ms"].as_i64().unwrap();
+    stored["created_at_ms"] = (created - 240 * hour_ms).into();
+    let _: () = redis
+        .set(
+            &record,
+            stored.to_string(),
+            Some(fred::types::Expiration::KEEPTTL),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let version = [("mcp-protocol-version", "2025-06-18")];
+    let used = pod
+        .post(&acme.api_key, Some(&session), &version, &tools_list(2))
+        .await;
+    assert_eq!(used.status, 200, "{used:?}");
+    let (left, init) = ttls(redis.clone(), record.clone()).await;
+    let twenty_days = 480 * hour_ms;
+    assert!((left - twenty_days).abs() < 60_000, "{left}");
+    assert_eq!(left / 60_000, init / 60_000, "both keys live alike");
 }
 
 #[tokio::test(flavor = "multi_thread")]

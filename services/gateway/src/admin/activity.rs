@@ -157,12 +157,13 @@ pub(crate) async fn sessions(State(app): State<App>, scope: InTenant) -> Reply {
         .into_iter()
         .map(|k| (k.id.to_string(), k.name))
         .collect();
-    let ttl = app.sessions.ttl();
+    let lifetime = app.sessions.lifetime();
     let now = Utc::now();
     let sessions: Vec<Value> = live
         .iter()
         .map(|(id, record, left)| {
-            let idle = ttl.saturating_sub(*left);
+            let last_use =
+                lifetime.last_use_ms(record.created_at_ms, now.timestamp_millis(), *left);
             json!({
                 "id": id,
                 "keyId": record.key_id,
@@ -170,7 +171,7 @@ pub(crate) async fn sessions(State(app): State<App>, scope: InTenant) -> Reply {
                 "protocolVersion": record.protocol_version,
                 "mode": record.mode,
                 "createdAt": chrono::DateTime::from_timestamp_millis(record.created_at_ms),
-                "lastSeenAt": now - chrono::Duration::from_std(idle).unwrap_or_default(),
+                "lastSeenAt": chrono::DateTime::from_timestamp_millis(last_use),
             })
         })
         .collect();

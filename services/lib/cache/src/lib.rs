@@ -29,7 +29,7 @@ pub mod surfacing;
 
 pub use rate_limit::{Admission, Bucket};
 pub use relay::{Relay, RelayMessages, Relayed};
-pub use sessions::SessionRecord;
+pub use sessions::{SessionLifetime, SessionRecord};
 
 use std::time::Duration;
 

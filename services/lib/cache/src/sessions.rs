@@ -34,13 +34,74 @@ pub struct SessionRecord {
 /// Sessions read per Redis round trip when listing a tenant's sessions.
 const SESSION_LIST_CHUNK: usize = 256;
 
-/// Reads the record and, when it exists, extends both session keys by `ttl`
-/// in the same step (sliding expiry).
+/// How long a session lives without being used. A new session gets `min`;
+/// each use extends its life to twice its age, within `[min, max]`. Hosts
+/// that open a session per call (claude.ai, ChatGPT) leave sessions that
+/// are gone within `min`, while a session in use for days keeps days of
+/// slack. An expired id is recreated on its next use (same-id recovery),
+/// so the client never notices either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLifetime {
+    pub min: Duration,
+    pub max: Duration,
+}
+
+impl SessionLifetime {
+    /// The time left to a session of this age when it is used now.
+    pub fn at_age(&self, age: Duration) -> Duration {
+        age.saturating_mul(2)
+            .clamp(self.min, self.max.max(self.min))
+    }
+
+    /// When a session created at `created_ms` with `left` to live was last
+    /// used, as of `now_ms` (both Unix milliseconds): the inverse of
+    /// [`SessionLifetime::at_age`].
+    pub fn last_use_ms(&self, created_ms: i64, now_ms: i64, left: Duration) -> i64 {
+        let left = millis(left);
+        let (min, max) = (millis(self.min), millis(self.max.max(self.min)));
+        // Used at t, it was given clamp(2 (t - created), min, max), of
+        // which now - t have passed.
+        let candidates = [
+            now_ms - (min - left),
+            now_ms - (max - left),
+            (left + 2 * created_ms + now_ms) / 3,
+        ];
+        candidates
+            .into_iter()
+            .filter(|t| *t >= created_ms && *t <= now_ms)
+            .min_by_key(|t| {
+                let given = (2 * (t - created_ms)).clamp(min, max);
+                (given - (now_ms - t) - left).abs()
+            })
+            .unwrap_or(now_ms)
+    }
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+}
+
+/// Reads the record and, when it exists, gives both session keys the
+/// lifetime of [`SessionLifetime::at_age`] in the same step. ARGV: min and
+/// max lifetime and now, in milliseconds.
 const TOUCH: &str = r#"
 local record = redis.call('GET', KEYS[1])
 if record then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
+  local ttl = tonumber(ARGV[1])
+  local ok, decoded = pcall(cjson.decode, record)
+  if ok and type(decoded) == 'table' and tonumber(decoded.created_at_ms) then
+    local age = tonumber(ARGV[3]) - tonumber(decoded.created_at_ms)
+    ttl = math.min(math.max(2 * age, tonumber(ARGV[1])), tonumber(ARGV[2]))
+  end
+  ttl = math.floor(ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return record
 "#;
@@ -62,16 +123,24 @@ impl Cache {
         self.client.is_connected()
     }
 
-    /// The session's record, extending its lifetime by `ttl`.
+    /// The session's record, its lifetime extended as a use of it.
     pub async fn touch_session(
         &self,
         id: &str,
-        ttl: Duration,
+        lifetime: SessionLifetime,
     ) -> Result<Option<SessionRecord>, CacheError> {
         let (record, init) = self.session_keys(id);
         let script = fred::types::scripts::Script::from_lua(TOUCH);
         let raw: Option<String> = script
-            .evalsha_with_reload(&self.client, vec![record, init], vec![millis(ttl)])
+            .evalsha_with_reload(
+                &self.client,
+                vec![record, init],
+                vec![
+                    millis(lifetime.min),
+                    millis(lifetime.max.max(lifetime.min)),
+                    now_ms(),
+                ],
+            )
             .await?;
         Ok(raw.and_then(|raw| {
             serde_json::from_str(&raw)
@@ -80,13 +149,16 @@ impl Cache {
         }))
     }
 
-    /// Writes (or replaces) the session's record.
+    /// Writes (or replaces) the session's record, as a use of it.
     pub async fn put_session(
         &self,
         id: &str,
         record: &SessionRecord,
-        ttl: Duration,
+        lifetime: SessionLifetime,
     ) -> Result<(), CacheError> {
+        let now = now_ms();
+        let age = Duration::from_millis(u64::try_from(now - record.created_at_ms).unwrap_or(0));
+        let ttl = lifetime.at_age(age);
         let (key, _) = self.session_keys(id);
         let value = serde_json::to_string(record).expect("a session record serializes");
         self.client
@@ -106,7 +178,17 @@ impl Cache {
                 (record.created_at_ms as f64, id),
             )
             .await?;
-        let _: () = self.client.pexpire(&index, millis(ttl), None).await?;
+        // Entries older than the longest lifetime are gone for sure; the
+        // index must not grow with every session a per-call host opened.
+        let oldest = (now - millis(lifetime.max)) as f64;
+        let _: () = self
+            .client
+            .zremrangebyscore(&index, f64::NEG_INFINITY, oldest)
+            .await?;
+        let _: () = self
+            .client
+            .pexpire(&index, millis(lifetime.max), None)
+            .await?;
         Ok(())
     }
 
@@ -252,5 +334,51 @@ impl Cache {
     /// `None` (codes work once).
     pub async fn take_oauth_code(&self, code_hash: &str) -> Result<Option<String>, CacheError> {
         Ok(self.client.getdel(self.oauth_code_key(code_hash)).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::SessionLifetime;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+    const LIFETIME: SessionLifetime = SessionLifetime {
+        min: HOUR,
+        max: Duration::from_secs(30 * 24 * 3600),
+    };
+
+    #[test]
+    fn a_session_lives_twice_its_age_within_the_bounds() {
+        assert_eq!(LIFETIME.at_age(Duration::ZERO), HOUR);
+        assert_eq!(LIFETIME.at_age(Duration::from_secs(60)), HOUR);
+        assert_eq!(LIFETIME.at_age(5 * HOUR), 10 * HOUR);
+        assert_eq!(LIFETIME.at_age(1000 * HOUR), LIFETIME.max);
+    }
+
+    #[test]
+    fn the_last_use_is_recovered_from_the_time_left() {
+        let created = 1_700_000_000_000_i64;
+        let hour_ms = 3_600_000_i64;
+        // (age at the last use, time since) in hours, over all three regimes.
+        for (age, since) in [
+            (0, 0.0),
+            (0, 0.5),
+            (3, 1.0),
+            (10, 4.0),
+            (400, 2.0),
+            (2000, 100.0),
+        ] {
+            let used = created + age * hour_ms;
+            let now = used + (since * hour_ms as f64) as i64;
+            let given = LIFETIME.at_age(Duration::from_millis((used - created) as u64));
+            let left = given - Duration::from_millis((now - used) as u64);
+            let found = LIFETIME.last_use_ms(created, now, left);
+            assert!(
+                (found - used).abs() <= 1,
+                "age {age} h, {since} h ago: {found} != {used}"
+            );
+        }
     }
 }

@@ -556,7 +556,10 @@ pub struct OAuthConfig {
 /// MCP sessions of the legacy protocol revisions.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
+    /// The longest a session lives unused (a long-used one).
     pub ttl: Duration,
+    /// How long a new session lives unused.
+    pub min_ttl: Duration,
     pub worker_idle: Duration,
     pub reuse_by_token: bool,
 }
@@ -939,6 +942,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(r.value(settings::SHUTDOWN_GRACE_SECS)),
             sessions: SessionConfig {
                 ttl: r.secs(settings::SESSION_TTL_SECS),
+                min_ttl: r.secs(settings::SESSION_MIN_TTL_SECS),
                 worker_idle: r.secs(settings::SESSION_WORKER_IDLE_SECS),
                 reuse_by_token: r.flag(settings::SESSION_REUSE_BY_TOKEN),
             },

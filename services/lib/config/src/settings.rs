@@ -79,11 +79,13 @@ settings! {
     }
     "Sessions" {
         SESSION_TTL_SECS = "MNEME_SESSION_TTL_SECS", Some("2592000"),
-            "Idle lifetime of an MCP session (legacy protocol revisions), in seconds; every request extends it (sliding). Sessions live in Redis, so any gateway pod serves them.";
+            "Longest idle lifetime of an MCP session (legacy protocol revisions), in seconds. Each request extends a session's life to twice its age, between `MNEME_SESSION_MIN_TTL_SECS` and this; an id whose session expired is recreated on its next use, so clients never notice. Sessions live in Redis, so any gateway pod serves them.";
+        SESSION_MIN_TTL_SECS = "MNEME_SESSION_MIN_TTL_SECS", Some("3600"),
+            "Idle lifetime of a new MCP session, in seconds: hosts that open a session per call (claude.ai, ChatGPT) leave sessions that are gone after this, instead of piling up in Redis for `MNEME_SESSION_TTL_SECS`.";
         SESSION_WORKER_IDLE_SECS = "MNEME_SESSION_WORKER_IDLE_SECS", Some("300"),
             "Seconds a gateway pod keeps an idle session's in-memory worker. The session itself stays in Redis and is restored on its next request, on whichever pod receives it.";
-        SESSION_REUSE_BY_TOKEN = "MNEME_SESSION_REUSE_BY_TOKEN", Some("true"),
-            "An `initialize` with the same bearer credential as a live session gets that session back instead of a new one (claude.ai and ChatGPT re-initialize on almost every call). Only a hash of the credential is kept.";
+        SESSION_REUSE_BY_TOKEN = "MNEME_SESSION_REUSE_BY_TOKEN", Some("false"),
+            "An `initialize` with the same bearer credential as a live session gets that session back instead of a new one. Off by default: clients that share a credential and run at the same time (parallel tool calls, two windows) would share one session and their JSON-RPC ids would collide, losing answers; short-lived sessions (`MNEME_SESSION_MIN_TTL_SECS`) keep per-call hosts from piling up sessions instead. Only a hash of the credential is kept.";
     }
     "Rate limits" {
         RATE_LIMIT_WINDOW_SECS = "MNEME_RATE_LIMIT_WINDOW_SECS", Some("60"),
