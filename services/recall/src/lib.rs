@@ -175,6 +175,13 @@ impl RecallServer {
                 .collect();
         }
 
+        // Embed before taking a connection: under load the embedder queues,
+        // and a connection held through that wait is one the pool cannot
+        // lend, which turned overload into "database unavailable" errors.
+        let embedding = match &query.text {
+            Some(text) => self.query_embedding(text).await,
+            None => None,
+        };
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         let floor_bucket = self
@@ -199,7 +206,9 @@ impl RecallServer {
             Some((rule, bucket)) => search_thresholds::floor(&tx, *bucket, rule).await?,
             None => None,
         };
-        let found = self.search(&tx, &query, vector_floor).await?;
+        let found = self
+            .search(&tx, &query, embedding.as_ref(), vector_floor)
+            .await?;
         let signals = symbolic::Signals::capture(&self.settings.symbolic, &query, &found.rows, now);
         // Recency is scored at the walk's snapshot, not the wall clock: the
         // pages of one cursor walk must rank alike, and ages in whole
@@ -328,18 +337,19 @@ impl RecallServer {
         Ok(expanded)
     }
 
-    /// Runs the layers, fuses them and loads the candidates. Vector hits
-    /// below `vector_floor` (the adaptive similarity floor) are dropped.
+    /// Runs the layers, fuses them and loads the candidates. `embedding` is
+    /// the query's (none: no vector layer). Vector hits below
+    /// `vector_floor` (the adaptive similarity floor) are dropped.
     async fn search(
         &self,
         tx: &TenantTx<'_>,
         query: &Query,
+        embedding: Option<&Vector>,
         vector_floor: Option<f32>,
     ) -> Result<Found> {
         let scope = query.scope();
         let limit = query.candidates(self.settings.candidates_per_layer);
 
-        // The query embedding is computed while the lexical layers run.
         let lexical = async {
             let fulltext = async {
                 match &query.tsquery {
@@ -360,15 +370,8 @@ impl RecallServer {
             };
             tokio::try_join!(fulltext, keyword)
         };
-        let embedding = async {
-            match &query.text {
-                Some(text) => self.query_embedding(text).await,
-                None => None,
-            }
-        };
-        let (embedding, lexical) = tokio::join!(embedding, lexical);
-        let (fulltext, keyword) = lexical?;
-        let vector = match &embedding {
+        let (fulltext, keyword) = lexical.await?;
+        let vector = match embedding {
             Some(embedding) => Some(
                 self.vector_layer(tx, query, embedding, limit)
                     .await?
