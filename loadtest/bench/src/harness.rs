@@ -300,3 +300,14 @@ impl Environment {
         }
     }
 }
+
+/// A `--setting KEY=VALUE` argument: an `MNEME_*` setting for the stack.
+pub fn parse_setting(raw: &str) -> Result<(String, String), String> {
+    let (key, value) = raw
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {raw:?}"))?;
+    if !key.starts_with("MNEME_") {
+        return Err(format!("{key} is not a MNEME_* setting"));
+    }
+    Ok((key.to_owned(), value.to_owned()))
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 use mneme_bench::data::{Corpus, Locomo};
+use mneme_bench::harness::parse_setting;
 use mneme_bench::report::write_json;
 use mneme_bench::{locomo, memtomem, proxy, surfacing};
 use mneme_config::{LogConfig, LogFormat};
@@ -109,16 +110,6 @@ struct Common {
     /// Give up waiting for the embedding worker after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 1800)]
     embed_timeout: u64,
-}
-
-fn parse_setting(raw: &str) -> Result<(String, String), String> {
-    let (key, value) = raw
-        .split_once('=')
-        .ok_or_else(|| format!("expected KEY=VALUE, got {raw:?}"))?;
-    if !key.starts_with("MNEME_") {
-        return Err(format!("{key} is not a MNEME_* setting"));
-    }
-    Ok((key.to_owned(), value.to_owned()))
 }
 
 fn main() -> anyhow::Result<()> {

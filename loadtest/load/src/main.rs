@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
+use mneme_bench::harness::parse_setting;
 use mneme_bench::report::write_json;
 use mneme_loadtest::commands::{RunOptions, TargetChoice, run_load, seed_tenants};
 use mneme_loadtest::mcp::Lifecycle;
@@ -143,16 +144,6 @@ struct LoadArgs {
     /// Seconds before a request counts as a timeout.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     timeout: f64,
-}
-
-fn parse_setting(raw: &str) -> Result<(String, String), String> {
-    let (key, value) = raw
-        .split_once('=')
-        .ok_or_else(|| format!("expected KEY=VALUE, got {raw:?}"))?;
-    if !key.starts_with("MNEME_") {
-        return Err(format!("{key} is not a MNEME_* setting"));
-    }
-    Ok((key.to_owned(), value.to_owned()))
 }
 
 fn seconds(value: f64, name: &str) -> anyhow::Result<Duration> {

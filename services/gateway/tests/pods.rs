@@ -20,6 +20,18 @@ fn remember(id: u64, content: &str) -> serde_json::Value {
     )
 }
 
+/// A Redis client of the fleet's Redis, to look at the sessions' keys.
+async fn redis_client(fleet: &Fleet) -> fred::clients::Client {
+    let redis = fred::clients::Client::new(
+        fred::types::config::Config::from_url(&fleet.redis.url).unwrap(),
+        None,
+        None,
+        None,
+    );
+    redis.init().await.unwrap();
+    redis
+}
+
 fn tools_list(id: u64) -> serde_json::Value {
     request(id, "tools/list", json!({}))
 }
@@ -95,13 +107,7 @@ async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their
     // The session's Redis state is lost (expiry, flush): the same id is
     // recreated for the key that presents it, on a pod that never saw it…
     let pod_c = fleet.pod(&[]).await;
-    let redis = fred::clients::Client::new(
-        fred::types::config::Config::from_url(&fleet.redis.url).unwrap(),
-        None,
-        None,
-        None,
-    );
-    redis.init().await.unwrap();
+    let redis = redis_client(&fleet).await;
     let record = format!("{}sess:{{{session}}}", fleet.redis.prefix);
     let deleted: i64 = redis
         .del(vec![record.clone(), format!("{record}:init")])
@@ -174,13 +180,7 @@ async fn a_new_session_lives_an_hour_and_use_extends_it_with_its_age() {
     let acme = create_tenant(&fleet.db.store(), "acme", ALL_PERMISSIONS).await;
     let pod = fleet.pod(&[]).await;
     let session = pod.initialize(&acme.api_key).await;
-    let redis = fred::clients::Client::new(
-        fred::types::config::Config::from_url(&fleet.redis.url).unwrap(),
-        None,
-        None,
-        None,
-    );
-    redis.init().await.unwrap();
+    let redis = redis_client(&fleet).await;
     let record = format!("{}sess:{{{session}}}", fleet.redis.prefix);
     let hour_ms = 3_600_000_i64;
     let ttls = |redis: fred::clients::Client, record: String| async move {
