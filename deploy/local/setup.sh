@@ -281,6 +281,71 @@ SQL
     done
 }
 
+# TLS on the local PostgreSQL, for the store's TLS test
+# (services/lib/store/tests/tls.rs): a throwaway CA in $MNEME_STATE_DIR/pg-tls
+# signs a certificate for localhost, 127.0.0.1 and ::1, which the server reads
+# from a copy in its data directory (owned by postgres, mode 0600).
+# Connections without TLS keep working: clients choose with `sslmode`.
+enable_postgres_tls() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    local dir="$MNEME_STATE_DIR/pg-tls"
+    mkdir -p "$dir"
+    if [[ ! -f "$dir/ca.pem" || ! -f "$dir/ca.key" ]]; then
+        step "creating a throwaway CA for PostgreSQL's test certificate"
+        rm -f "$dir/server.pem" "$dir/server.key"
+        (umask 077 && openssl req -x509 -new -noenc -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+            -keyout "$dir/ca.key" -out "$dir/ca.pem" -days 3650 -subj "/CN=mneme local test CA" \
+            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+            2>/dev/null && chmod 644 "$dir/ca.pem") || die "creating the test CA failed"
+    fi
+    # A new server certificate when there is none, another CA signed it, or it expires within a day.
+    if ! openssl verify -CAfile "$dir/ca.pem" "$dir/server.pem" >/dev/null 2>&1 \
+        || ! openssl x509 -in "$dir/server.pem" -noout -checkend 86400 >/dev/null; then
+        step "creating PostgreSQL's test certificate (localhost, 127.0.0.1, ::1)"
+        (
+            umask 077
+            openssl req -new -noenc -newkey ec -pkeyopt ec_paramgen_curve:P-256 \
+                -keyout "$dir/server.key" -out "$dir/server.csr" -subj "/CN=localhost" 2>/dev/null \
+                && printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
+                    "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+                    "extendedKeyUsage=serverAuth" >"$dir/server.ext" \
+                && openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+                    -set_serial "0x$(openssl rand -hex 16)" -days 825 -sha256 \
+                    -extfile "$dir/server.ext" -out "$dir/server.pem" 2>/dev/null \
+                && rm -f "$dir/server.csr" "$dir/server.ext"
+        ) || die "creating PostgreSQL's test certificate failed"
+    fi
+    local datadir cert key reload=0
+    datadir="$(psql_admin -Atc "SHOW data_directory")"
+    cert="$datadir/mneme-test-server.crt"
+    key="$datadir/mneme-test-server.key"
+    if ! as_root cmp -s "$dir/server.pem" "$cert" || ! as_root cmp -s "$dir/server.key" "$key"; then
+        as_root install -o postgres -g postgres -m 0600 "$dir/server.pem" "$cert"
+        as_root install -o postgres -g postgres -m 0600 "$dir/server.key" "$key"
+        reload=1
+    fi
+    if [[ "$(psql_admin -Atc "SELECT current_setting('ssl') || ' ' || current_setting('ssl_cert_file') || ' ' || current_setting('ssl_key_file')")" != "on $cert $key" ]]; then
+        step "turning on TLS in PostgreSQL (test certificate)"
+        psql_admin -v ON_ERROR_STOP=1 -q \
+            -c "ALTER SYSTEM SET ssl = 'on'" \
+            -c "ALTER SYSTEM SET ssl_cert_file = '$cert'" \
+            -c "ALTER SYSTEM SET ssl_key_file = '$key'"
+        reload=1
+    fi
+    if ((reload)); then
+        psql_admin -q -Atc "SELECT pg_reload_conf()" >/dev/null
+    fi
+    # The server must now present the certificate: a verified TLS login.
+    local check="host=localhost port=$PG_PORT dbname=postgres user=mneme_owner sslmode=verify-full sslrootcert='$dir/ca.pem'"
+    for _ in $(seq 50); do
+        if [[ "$(PGPASSWORD=mneme_owner psql "$check" -Atc "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()" 2>/dev/null)" == t ]]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "PostgreSQL does not serve TLS with the test certificate (see its log; certificate in $dir)"
+}
+
 write_env() {
     local file="$MNEME_STATE_DIR/env"
     cat >"$file" <<EOF
@@ -302,6 +367,7 @@ export MNEME_TEST_NGINX="/usr/sbin/nginx"
 export MNEME_TEST_MCP_SERVERS="$MNEME_STATE_DIR/mcp-servers/node_modules"
 export MNEME_BROWSER_TEST_DIR="$MNEME_STATE_DIR/browser-tests"
 export MNEME_TEST_HELM_TOOLS="$MNEME_STATE_DIR/helm-tools"
+export MNEME_TEST_PG_CA_FILE="$MNEME_STATE_DIR/pg-tls/ca.pem"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -320,6 +386,7 @@ main() {
     install_browser_test_tools
     install_helm_test_tools
     create_database
+    enable_postgres_tls
     write_env
 }
 

@@ -10,7 +10,11 @@ use uuid::Uuid;
 use crate::{AdminsCommand, KeysCommand, TenantsCommand, UsersCommand};
 
 pub async fn migrate(config: &Config) -> anyhow::Result<()> {
-    let applied = migrate::run(config.database.migrate_url.expose()).await?;
+    let applied = migrate::run_with_ca_file(
+        config.database.migrate_url.expose(),
+        config.database.ca_file.as_deref(),
+    )
+    .await?;
     if applied.is_empty() {
         println!("database schema is up to date");
     }

@@ -331,7 +331,7 @@ pub async fn execute(command: Command, config: Config) -> anyhow::Result<()> {
             admin::consolidate(&config, tenant.as_deref(), dry_run).await
         }
         Command::Tenants(command) => admin::tenants(&config, command).await,
-        Command::Upstreams(command) => upstreams::run(&config, command).await,
+        Command::Upstreams(command) => Box::pin(upstreams::run(&config, command)).await,
         Command::Surfacing {
             server,
             state,

@@ -459,7 +459,7 @@ pub async fn run(
     )?;
     let cache = Cache::from_config(&config.redis).await?;
     let app = App::new(store, cache, backends, &config, token.expose())?;
-    serve(app, &config, listener, shutdown).await
+    Box::pin(serve(app, &config, listener, shutdown)).await
 }
 
 /// How long `/ready` waits on each dependency.

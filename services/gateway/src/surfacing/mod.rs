@@ -310,7 +310,7 @@ impl Surfacer {
     /// Runs the pipeline for one call. Never fails: see [`Outcome`].
     pub(crate) async fn surface(&self, principal: &Principal, call: ToolCall) -> Outcome {
         let started = Instant::now();
-        let outcome = self.run(principal, call).await;
+        let outcome = Box::pin(self.run(principal, call)).await;
         let label = match &outcome {
             Outcome::Surfaced(_) => "surfaced",
             Outcome::Skipped(skip) => skip.as_str(),

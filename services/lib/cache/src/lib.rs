@@ -31,12 +31,14 @@ pub use rate_limit::{Admission, Bucket};
 pub use relay::{Relay, RelayMessages, Relayed};
 pub use sessions::{SessionLifetime, SessionRecord};
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::Message;
-use fred::types::config::ReconnectPolicy;
+use fred::types::config::{ReconnectPolicy, TlsConnector};
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
@@ -84,11 +86,97 @@ fn builder(config: &Config) -> Builder {
     builder
 }
 
+/// The client configuration for `url`. `rediss://` URLs (and their
+/// `-cluster`/`-sentinel` forms) get TLS that trusts the system's root
+/// certificates plus those in `ca_file`; `ca_file` is ignored otherwise.
+fn redis_config(url: &str, ca_file: Option<&Path>) -> Result<Config, CacheError> {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if scheme.starts_with("rediss") || scheme.starts_with("valkeys") {
+        // For TLS URLs `from_url` first builds fred's default connector with
+        // rustls's process-wide provider; make sure there is one (aws-lc-rs,
+        // as everywhere in mneme) rather than risk rustls's "no process-level
+        // CryptoProvider" panic. An already installed provider stays.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    }
+    let mut config = Config::from_url(url)?;
+    match config.tls.as_mut() {
+        Some(tls) => tls.connector = tls_connector(ca_file)?,
+        None if ca_file.is_some() => tracing::warn!(
+            "{CA_FILE_SETTING} is set but MNEME_REDIS_URL is not a rediss:// URL; \
+             Redis is reached without TLS"
+        ),
+        None => {}
+    }
+    Ok(config)
+}
+
+const CA_FILE_SETTING: &str = mneme_config::settings::REDIS_CA_FILE.name;
+
+/// A rustls connector (aws-lc-rs) trusting the system's root certificates and
+/// those in `ca_file`.
+fn tls_connector(ca_file: Option<&Path>) -> Result<TlsConnector, CacheError> {
+    let tls_error = |message: String| {
+        CacheError(fred::error::Error::new(
+            fred::error::ErrorKind::Tls,
+            message,
+        ))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    for error in &system.errors {
+        tracing::warn!(%error, "some system root certificates could not be loaded");
+    }
+    roots.add_parsable_certificates(system.certs);
+    if let Some(path) = ca_file {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let invalid =
+            |why: String| tls_error(format!("{CA_FILE_SETTING}={}: {why}", path.display()));
+        let pem = std::fs::read(path).map_err(|e| invalid(format!("cannot read the file: {e}")))?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(format!("not a PEM file of certificates: {e}")))?;
+        if certs.is_empty() {
+            return Err(invalid("holds no PEM certificate".into()));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| invalid(format!("unusable CA certificate: {e}")))?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(tls_error(format!(
+            "TLS to Redis needs trusted root certificates, but the system has none; \
+             set {CA_FILE_SETTING} or install the ca-certificates package"
+        )));
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(config))
+}
+
 impl Cache {
-    /// Connects to Redis. Only a malformed URL is an error: when Redis is
-    /// down, start-up continues degraded and the client keeps reconnecting.
+    /// Connects to Redis. Only a malformed URL (or, for `rediss://`, TLS
+    /// that cannot be set up) is an error: when Redis is down, start-up
+    /// continues degraded and the client keeps reconnecting.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, CacheError> {
-        let mut config = Config::from_url(url)?;
+        Box::pin(Self::connect_with_ca_file(url, prefix, None)).await
+    }
+
+    /// [`Cache::connect`], trusting the CA certificates in `ca_file` (PEM)
+    /// besides the system's for `rediss://` URLs. An unreadable file is an
+    /// error.
+    pub async fn connect_with_ca_file(
+        url: &str,
+        prefix: &str,
+        ca_file: Option<&Path>,
+    ) -> Result<Self, CacheError> {
+        let mut config = redis_config(url, ca_file)?;
         // Keep retrying the first connection instead of failing start-up.
         config.fail_fast = false;
         // A span per command: it joins the request's trace and feeds
@@ -96,7 +184,10 @@ impl Cache {
         config.tracing = fred::types::config::TracingConfig::new(true);
         let client = builder(&config).build()?;
         client.connect();
-        if tokio::time::timeout(CONNECT_WAIT, client.wait_for_connect())
+        // Boxed, as every wait on fred here: with TLS support fred's
+        // futures are large, and they would swell the callers' start-up
+        // futures (clippy's `large_futures`).
+        if tokio::time::timeout(CONNECT_WAIT, Box::pin(client.wait_for_connect()))
             .await
             .is_err()
         {
@@ -113,7 +204,12 @@ impl Cache {
 
     /// Connects with the `Redis` settings.
     pub async fn from_config(config: &mneme_config::RedisConfig) -> Result<Self, CacheError> {
-        Self::connect(config.url.expose(), &config.prefix).await
+        Box::pin(Self::connect_with_ca_file(
+            config.url.expose(),
+            &config.prefix,
+            config.ca_file.as_deref(),
+        ))
+        .await
     }
 
     fn key(&self, parts: &[&str]) -> String {
@@ -195,7 +291,7 @@ impl Cache {
     async fn listen(&self, channel: &str) -> Result<WakeListener, CacheError> {
         let subscriber = builder(&self.config).build_subscriber_client()?;
         subscriber.connect();
-        let _ = tokio::time::timeout(CONNECT_WAIT, subscriber.wait_for_connect()).await;
+        let _ = tokio::time::timeout(CONNECT_WAIT, Box::pin(subscriber.wait_for_connect())).await;
         let _resubscribe = subscriber.manage_subscriptions();
         let channel = self.key(&[channel]);
         if let Err(error) = subscriber.subscribe(&channel).await {
@@ -448,5 +544,69 @@ impl WakeListener {
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed CA of no server's (any PEM certificate will do here).
+    const SOME_CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBqjCCAVGgAwIBAgIUEud/zybK9A8CSbeIhkN0IBPKEmkwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXbW5lbWUgdW5yZWxhdGVkIHRlc3QgQ0EwIBcNMjYxMjAxMTUy
+MzI2WhgPMjEyNjExMDcxNTIzMjZaMCIxIDAeBgNVBAMMF21uZW1lIHVucmVsYXRl
+ZCB0ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEdVjEcRU0rhkGKi3h
+HMySnyf2VX0sDmo115qwsqRIBn5KZmbm69UqkNoFVIUVPeHeQa4ODbp3g7im9etX
+zKJSjKNjMGEwHQYDVR0OBBYEFG2/ZxO3d40AMv61eBfiGI46X1ibMB8GA1UdIwQY
+MBaAFG2/ZxO3d40AMv61eBfiGI46X1ibMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0P
+AQH/BAQDAgEGMAoGCCqGSM49BAMCA0cAMEQCIAtcfbaPgsS+72iwvptVtHKVSdT4
+dp38TXKDPZmfib4eAiAxIoS32lN3qdhGZUyfqoxykrGUqyBy1HPO3Rcdrs07GA==
+-----END CERTIFICATE-----
+";
+
+    fn uses_rustls(config: &Config) -> bool {
+        matches!(
+            config.tls.as_ref().map(|tls| &tls.connector),
+            Some(TlsConnector::Rustls(_))
+        )
+    }
+
+    #[test]
+    fn rediss_urls_are_configured_for_tls_and_redis_urls_are_not() {
+        for url in [
+            "rediss://:secret@redis.example.com:6380",
+            "rediss://redis.example.com:6380/2",
+            "rediss-cluster://redis.example.com:6379?node=redis2.example.com:6379",
+        ] {
+            let config = redis_config(url, None).unwrap();
+            assert!(uses_rustls(&config), "{url} must use TLS");
+        }
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis-cluster://redis.example.com:6379?node=redis2.example.com:6379",
+        ] {
+            assert!(redis_config(url, None).unwrap().tls.is_none(), "{url}");
+        }
+    }
+
+    #[test]
+    fn the_ca_file_is_read_and_its_errors_name_the_setting() {
+        let path = std::env::temp_dir().join(format!("mneme-redis-ca-{}.pem", std::process::id()));
+        std::fs::write(&path, SOME_CA).unwrap();
+        let config = redis_config("rediss://redis.example.com:6380", Some(&path));
+        std::fs::remove_file(&path).unwrap();
+        assert!(uses_rustls(&config.unwrap()));
+
+        let err = redis_config(
+            "rediss://redis.example.com:6380",
+            Some(Path::new("/nonexistent/redis-ca.pem")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("MNEME_REDIS_CA_FILE=/nonexistent/redis-ca.pem: cannot read"),
+            "{err}"
+        );
     }
 }

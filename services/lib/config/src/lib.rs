@@ -482,12 +482,16 @@ pub struct DatabaseConfig {
     pub pool_size: usize,
     pub statement_timeout: Duration,
     pub allow_rls_bypass: bool,
+    /// Extra trusted CA certificates (PEM) for TLS to PostgreSQL.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     pub url: Secret,
     pub prefix: String,
+    /// Extra trusted CA certificates (PEM) for `rediss://` URLs.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Browser origins of the chat hosts whose connectors reach mneme; allowed by
@@ -887,11 +891,13 @@ impl Config {
             pool_size: r.positive(settings::DB_POOL_SIZE),
             statement_timeout: r.millis(settings::DB_STATEMENT_TIMEOUT_MS),
             allow_rls_bypass: r.flag(settings::ALLOW_RLS_BYPASS),
+            ca_file: r.optional(settings::DATABASE_CA_FILE),
         };
 
         let redis = RedisConfig {
             url: Secret::new(r.raw(settings::REDIS_URL).unwrap_or_default()),
             prefix: r.raw(settings::REDIS_PREFIX).unwrap_or_default(),
+            ca_file: r.optional(settings::REDIS_CA_FILE),
         };
 
         let http_addr: SocketAddr = r.value_or(settings::HTTP_ADDR, ([127, 0, 0, 1], 8080).into());

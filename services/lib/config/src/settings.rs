@@ -42,12 +42,16 @@ settings! {
             "Server-side statement timeout for service connections, in milliseconds (0 disables it).";
         ALLOW_RLS_BYPASS = "MNEME_ALLOW_RLS_BYPASS", Some("false"),
             "Start even when the service role is a superuser or has BYPASSRLS. Only for emergencies: tenant isolation then rests on the SQL predicates alone.";
+        DATABASE_CA_FILE = "MNEME_DATABASE_CA_FILE", None,
+            "PEM file of CA certificates trusted for PostgreSQL's server certificate besides the system's (e.g. Amazon RDS's bundle). TLS follows the URL's `sslmode`: `disable`: never; `prefer` (the default): when the server offers it, else plaintext, and the certificate is checked only when this file is set (so local servers with self-signed certificates keep working); `require`: always, and the certificate must chain to a trusted root (the system's or this file's) and name the URL's host. An unreadable file stops start-up.";
     }
     "Redis" {
         REDIS_URL = "MNEME_REDIS_URL", Some("redis://127.0.0.1:6379"),
-            "Redis URL (`redis://`, `rediss://`, `redis-cluster://`, `redis-sentinel://`). Redis holds only data that can be lost.";
+            "Redis URL (`redis://`, `redis-cluster://`, `redis-sentinel://`; `rediss://`, `rediss-cluster://`, `rediss-sentinel://` for TLS). Redis holds only data that can be lost.";
         REDIS_PREFIX = "MNEME_REDIS_PREFIX", Some("mneme:"),
             "Prefix of every Redis key and channel, so several deployments can share one Redis.";
+        REDIS_CA_FILE = "MNEME_REDIS_CA_FILE", None,
+            "PEM file of CA certificates trusted for Redis's server certificate besides the system's, for `rediss://` URLs (TLS, verified against the system's roots and this file). An unreadable file stops start-up.";
     }
     "Gateway" {
         HTTP_ADDR = "MNEME_HTTP_ADDR", Some("127.0.0.1:8080"),

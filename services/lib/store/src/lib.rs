@@ -4,6 +4,7 @@
 //! - [`Store`]: the connection pool, start-up checks and tenant transactions.
 //! - `instrument`: statement spans and latency, pool gauges.
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
+//! - [`tls`]: TLS to the server as the URL's `sslmode` asks (rustls).
 //! - One repository module per table or family of tables: [`tenants`],
 //!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
 //!   [`cases`] (events, edges, evidence), [`search_events`],
@@ -43,6 +44,7 @@ pub mod search_thresholds;
 pub mod stats;
 pub mod surfacing;
 pub mod tenants;
+pub mod tls;
 pub mod upstreams;
 pub mod usage;
 pub mod users;
@@ -51,6 +53,7 @@ pub mod versions;
 use std::future::Future;
 use std::ops::Deref;
 use std::panic::Location;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -58,7 +61,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, T
 use mneme_core::{Error as ApiError, ErrorCode};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row, ToStatement};
+use tokio_postgres::{Row, ToStatement};
 use uuid::Uuid;
 
 /// A failure of the database layer.
@@ -138,6 +141,8 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// Time to wait for a free connection before failing with `Unavailable`.
     pub acquire_timeout: Duration,
+    /// Extra trusted CA certificates (PEM) for TLS; see [`tls`].
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for StoreOptions {
@@ -146,6 +151,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             statement_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(5),
+            ca_file: None,
         }
     }
 }
@@ -157,9 +163,11 @@ pub struct Store {
 }
 
 impl Store {
-    /// Builds a pool. No connection is opened until first use.
+    /// Builds a pool. No connection is opened until first use, but TLS is
+    /// set up here, so an unreadable CA file fails at once.
     pub fn connect(url: &str, options: &StoreOptions) -> Result<Self> {
         let mut pg = tokio_postgres::Config::from_str(url)?;
+        let tls = tls::connector(pg.get_ssl_mode(), options.ca_file.as_deref())?;
         if pg.get_application_name().is_none() {
             pg.application_name("mneme");
         }
@@ -172,7 +180,7 @@ impl Store {
         pg.connect_timeout(options.acquire_timeout);
         let manager = Manager::from_config(
             pg,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -195,6 +203,7 @@ impl Store {
             &StoreOptions {
                 max_connections: config.pool_size,
                 statement_timeout: config.statement_timeout,
+                ca_file: config.ca_file.clone(),
                 ..StoreOptions::default()
             },
         )

@@ -1,8 +1,9 @@
 //! Schema migrations: the numbered SQL files in `migrations/`, embedded at
 //! build time and applied by `mneme migrate` with refinery.
 
+use std::path::Path;
+
 use sha2::{Digest, Sha256};
-use tokio_postgres::NoTls;
 
 use crate::{Result, StoreError};
 
@@ -21,10 +22,16 @@ pub struct Applied {
 }
 
 /// Applies every pending migration over a dedicated connection to `url`
-/// (a role allowed to create schemas; see `docs/OPERATIONS.md`).
+/// (a role allowed to create schemas; see `docs/OPERATIONS.md`), trusting
+/// the system's root certificates for TLS.
 pub async fn run(url: &str) -> Result<Vec<Applied>> {
-    let (mut client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    let driver = tokio::spawn(connection);
+    run_with_ca_file(url, None).await
+}
+
+/// [`run`], also trusting the CA certificates in `ca_file`
+/// (`MNEME_DATABASE_CA_FILE`).
+pub async fn run_with_ca_file(url: &str, ca_file: Option<&Path>) -> Result<Vec<Applied>> {
+    let (mut client, driver) = crate::tls::connect(url, ca_file).await?;
     let report = embedded::migrations::runner()
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(&mut client)

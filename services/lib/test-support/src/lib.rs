@@ -16,8 +16,8 @@ use std::str::FromStr;
 use mneme_core::Permission;
 use mneme_store::api_keys::{self, NewKey};
 use mneme_store::{Store, StoreOptions, TenantTx, tenants};
+use tokio_postgres::Config as PgConfig;
 use tokio_postgres::config::Host;
-use tokio_postgres::{Config as PgConfig, NoTls};
 use uuid::Uuid;
 
 fn required_env(name: &str) -> String {
@@ -43,10 +43,9 @@ fn base_conninfo(admin_url: &str) -> String {
 }
 
 async fn admin_client(conninfo: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(conninfo, NoTls)
+    let (client, _driver) = mneme_store::tls::connect(conninfo, None)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the test database server: {e}"));
-    tokio::spawn(connection);
     client
 }
 
@@ -201,14 +200,12 @@ impl Drop for TestDatabase {
                 .build()
                 .expect("cleanup runtime");
             runtime.block_on(async {
-                if let Ok((client, connection)) = tokio_postgres::connect(&conninfo, NoTls).await {
-                    tokio::spawn(connection);
-                    if let Err(e) = client
+                if let Ok((client, _driver)) = mneme_store::tls::connect(&conninfo, None).await
+                    && let Err(e) = client
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                         .await
-                    {
-                        eprintln!("could not drop test database {name}: {e:?}");
-                    }
+                {
+                    eprintln!("could not drop test database {name}: {e:?}");
                 }
             });
         })
