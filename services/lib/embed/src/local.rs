@@ -71,7 +71,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
 
     use super::*;
@@ -140,11 +139,9 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let started = std::time::Instant::now();
-        let done = Arc::new(AtomicUsize::new(0));
         embed_in_chunks(&model, &texts(1), TextKind::Query, slow_embed)
             .await
             .unwrap();
-        done.fetch_add(1, Ordering::Relaxed);
         // The whole batch takes 500 ms; the query gets in between chunks.
         assert!(started.elapsed() < Duration::from_millis(400));
         batch.await.unwrap().unwrap();

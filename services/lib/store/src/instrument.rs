@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::panic::Location;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 use deadpool_postgres::{Pool, WeakPool};
@@ -82,8 +82,9 @@ pub(crate) async fn statement<T>(
 
 /// Reports the size of every live pool of the process when scraped:
 /// connections open, idle, the configured maximum and callers waiting.
+#[derive(Clone)]
 struct PoolGauges {
-    pools: Mutex<Vec<WeakPool>>,
+    pools: Arc<Mutex<Vec<WeakPool>>>,
     size: IntGauge,
     idle: IntGauge,
     max: IntGauge,
@@ -117,7 +118,7 @@ impl PoolGauges {
             .flat_map(|g| g.desc().into_iter().cloned())
             .collect();
         Self {
-            pools: Mutex::new(Vec::new()),
+            pools: Arc::new(Mutex::new(Vec::new())),
             size,
             idle,
             max,
@@ -159,28 +160,8 @@ impl Collector for PoolGauges {
     }
 }
 
-static POOLS: LazyLock<&'static PoolGauges> = LazyLock::new(|| {
-    let gauges: &'static PoolGauges = Box::leak(Box::new(PoolGauges::new()));
-    if let Err(error) = mneme_telemetry::metrics::registry().register(Box::new(Registered(gauges)))
-    {
-        tracing::debug!(%error, "pool gauges already registered");
-    }
-    gauges
-});
-
-/// The registry takes collectors by value; the gauges stay shared with
-/// [`watch_pool`].
-struct Registered(&'static PoolGauges);
-
-impl Collector for Registered {
-    fn desc(&self) -> Vec<&Desc> {
-        self.0.desc()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        self.0.collect()
-    }
-}
+/// Registered once; clones share the list of pools.
+static POOLS: LazyLock<PoolGauges> = LazyLock::new(|| register(PoolGauges::new()));
 
 /// Includes `pool` in the pool gauges for as long as it lives.
 pub(crate) fn watch_pool(pool: &Pool) {
