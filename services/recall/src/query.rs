@@ -1,10 +1,9 @@
 //! A recall request, validated: limits, filters, time range, pagination
 //! cursor and the search terms derived from the text.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, Utc};
 use mneme_config::RecallConfig;
+use mneme_core::cursor::PageCursor;
 use mneme_core::fragment::{Affect, ResolutionStatus};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::text::Tokenizer;
@@ -12,7 +11,6 @@ use mneme_core::timerange::parse_range;
 use mneme_core::{Error, FragmentType, Principal, Result};
 use mneme_proto::v1::RecallRequest;
 use mneme_store::fragments::SearchScope;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -22,18 +20,6 @@ const CONTEXT_KEYWORDS: usize = 8;
 const MAX_CASES: u32 = 10;
 /// Deepest position pagination reaches.
 const MAX_OFFSET: usize = 450;
-
-/// Where a page starts, carried between requests as an opaque cursor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Cursor {
-    /// Results already returned.
-    o: usize,
-    /// The first page's time: later fragments stay out of later pages, so
-    /// pages do not shift under the caller.
-    s: i64,
-    /// Digest of the query; a cursor only continues the query it came from.
-    h: String,
-}
 
 /// The validated request.
 #[derive(Debug)]
@@ -246,14 +232,15 @@ impl Query {
         };
         query.digest = query.compute_digest();
         if let Some(cursor) = non_empty(request.cursor) {
-            let cursor = decode_cursor(&cursor)?;
-            if cursor.h != query.digest {
+            let cursor = PageCursor::decode(&cursor)?;
+            if cursor.digest != query.digest {
                 return Err(Error::invalid_argument(
                     "this cursor belongs to a different query; repeat the query that returned it",
                 ));
             }
-            query.offset = cursor.o.min(MAX_OFFSET);
-            query.snapshot = DateTime::<Utc>::from_timestamp_millis(cursor.s).unwrap_or(now);
+            query.offset = cursor.offset.min(MAX_OFFSET);
+            query.snapshot =
+                DateTime::<Utc>::from_timestamp_millis(cursor.snapshot_ms).unwrap_or(now);
         }
         Ok(query)
     }
@@ -285,12 +272,12 @@ impl Query {
 
     /// The cursor of the page after `returned` more results.
     pub(crate) fn next_cursor(&self, returned: usize) -> String {
-        let cursor = Cursor {
-            o: self.offset + returned,
-            s: self.snapshot.timestamp_millis(),
-            h: self.digest.clone(),
-        };
-        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&cursor).expect("cursors serialise"))
+        PageCursor {
+            offset: self.offset + returned,
+            snapshot_ms: self.snapshot.timestamp_millis(),
+            digest: self.digest.clone(),
+        }
+        .encode()
     }
 
     /// Candidates each layer must supply for this page.
@@ -334,14 +321,6 @@ impl Query {
             exclude: &self.exclude,
         }
     }
-}
-
-fn decode_cursor(raw: &str) -> Result<Cursor> {
-    let invalid = || {
-        Error::invalid_argument("cursor is not valid; use the nextCursor of a previous response")
-    };
-    let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| invalid())?;
-    serde_json::from_slice(&bytes).map_err(|_| invalid())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! - [`breaker`]: circuit breakers of outside services (a shared one, and a
 //!   single-probe one kept per tenant and dependency).
 //! - [`net`]: which addresses are public (the SSRF guards' rule).
+//! - [`cursor`]: the pagination cursor of `recall` (encode, untrusted decode).
 //! - [`claims`]: rule-based claim extraction (subject, predicate, object,
 //!   polarity) for the symbolic layer.
 //! - [`contradiction`]: the rules that judge two similar memories
@@ -26,6 +27,7 @@ pub mod api_key;
 pub mod breaker;
 pub mod claims;
 pub mod contradiction;
+pub mod cursor;
 pub mod error;
 pub mod fragment;
 pub mod net;

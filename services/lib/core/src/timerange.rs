@@ -14,7 +14,7 @@
 //! - `오늘`, `어제`, `그제`/`그저께`, `N일|주|개월|달|년 전`, `이번 주`, `지난 주`/`지난주`,
 //!   `이번 달`, `지난 달`/`지난달`, `올해`, `작년`, `지난 월요일` … `지난 일요일`
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveTime, TimeZone, Utc, Weekday};
+use chrono::{DateTime, Datelike, Days, Months, NaiveDate, NaiveTime, TimeZone, Utc, Weekday};
 
 use crate::error::{Error, Result};
 
@@ -36,45 +36,45 @@ fn day_start(date: NaiveDate) -> DateTime<Utc> {
     Utc.from_utc_datetime(&date.and_time(NaiveTime::MIN))
 }
 
-fn day(date: NaiveDate) -> Period {
-    Period {
+// Every helper below returns `None` when a date would leave chrono's range
+// (about ±262,000 years): "4294967295 days ago" is unreadable, not a panic.
+
+fn days_back(date: NaiveDate, days: u64) -> Option<NaiveDate> {
+    date.checked_sub_days(Days::new(days))
+}
+
+fn day(date: NaiveDate) -> Option<Period> {
+    Some(Period {
         start: day_start(date),
-        end: day_start(date + Duration::days(1)),
-    }
+        end: day_start(date.succ_opt()?),
+    })
 }
 
-fn week_of(date: NaiveDate) -> Period {
-    let monday = date - Duration::days(i64::from(date.weekday().num_days_from_monday()));
-    Period {
+fn week_of(date: NaiveDate) -> Option<Period> {
+    let monday = days_back(date, u64::from(date.weekday().num_days_from_monday()))?;
+    Some(Period {
         start: day_start(monday),
-        end: day_start(monday + Duration::days(7)),
-    }
+        end: day_start(monday.checked_add_days(Days::new(7))?),
+    })
 }
 
-fn month_of(year: i32, month: u32) -> Period {
-    let first = NaiveDate::from_ymd_opt(year, month, 1).expect("valid month");
-    let next = if month == 12 {
-        NaiveDate::from_ymd_opt(year + 1, 1, 1)
-    } else {
-        NaiveDate::from_ymd_opt(year, month + 1, 1)
-    }
-    .expect("valid month");
-    Period {
+fn month_of(date: NaiveDate) -> Option<Period> {
+    let first = date.with_day(1)?;
+    Some(Period {
         start: day_start(first),
-        end: day_start(next),
-    }
+        end: day_start(first.checked_add_months(Months::new(1))?),
+    })
 }
 
-fn year_of(year: i32) -> Period {
-    Period {
-        start: day_start(NaiveDate::from_ymd_opt(year, 1, 1).expect("valid year")),
-        end: day_start(NaiveDate::from_ymd_opt(year + 1, 1, 1).expect("valid year")),
-    }
+fn year_of(year: i32) -> Option<Period> {
+    Some(Period {
+        start: day_start(NaiveDate::from_ymd_opt(year, 1, 1)?),
+        end: day_start(NaiveDate::from_ymd_opt(year.checked_add(1)?, 1, 1)?),
+    })
 }
 
-fn months_back(date: NaiveDate, months: u32) -> NaiveDate {
-    date.checked_sub_months(chrono::Months::new(months))
-        .unwrap_or(NaiveDate::MIN)
+fn months_back(date: NaiveDate, months: u32) -> Option<NaiveDate> {
+    date.checked_sub_months(Months::new(months))
 }
 
 fn weekday(name: &str) -> Option<Weekday> {
@@ -91,57 +91,50 @@ fn weekday(name: &str) -> Option<Weekday> {
 }
 
 /// The most recent `target` strictly before `today`.
-fn last_weekday(today: NaiveDate, target: Weekday) -> NaiveDate {
-    let mut date = today - Duration::days(1);
+fn last_weekday(today: NaiveDate, target: Weekday) -> Option<NaiveDate> {
+    let mut date = today.pred_opt()?;
     while date.weekday() != target {
-        date -= Duration::days(1);
+        date = date.pred_opt()?;
     }
-    date
+    Some(date)
 }
 
 /// "N unit(s) ago" and "N단위 전": the period of that day, week, month or year.
 fn ago(count: u32, unit: &str, today: NaiveDate) -> Option<Period> {
-    Some(match unit {
-        "day" | "days" | "일" => day(today - Duration::days(i64::from(count))),
-        "week" | "weeks" | "주" => week_of(today - Duration::weeks(i64::from(count))),
-        "month" | "months" | "개월" | "달" => {
-            let date = months_back(today, count);
-            month_of(date.year(), date.month())
-        }
-        "year" | "years" | "년" => year_of(today.year() - count as i32),
-        _ => return None,
-    })
+    match unit {
+        "day" | "days" | "일" => day(days_back(today, u64::from(count))?),
+        "week" | "weeks" | "주" => week_of(days_back(today, u64::from(count) * 7)?),
+        "month" | "months" | "개월" | "달" => month_of(months_back(today, count)?),
+        "year" | "years" | "년" => year_of(today.year().checked_sub(i32::try_from(count).ok()?)?),
+        _ => None,
+    }
 }
 
 fn parse_period(expression: &str, now: DateTime<Utc>) -> Option<Period> {
     let today = now.date_naive();
     let text: String = expression.trim().to_lowercase();
     let compact: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let last_month = months_back(today, 1);
-    let fixed = match compact.as_str() {
-        "now" | "지금" => Some(Period {
-            start: now,
-            end: now,
-        }),
-        "today" | "오늘" => Some(day(today)),
-        "yesterday" | "어제" => Some(day(today - Duration::days(1))),
-        "the day before yesterday" | "그제" | "그저께" => Some(day(today - Duration::days(2))),
-        "this week" | "이번 주" | "이번주" => Some(week_of(today)),
-        "last week" | "지난 주" | "지난주" => Some(week_of(today - Duration::weeks(1))),
-        "this month" | "이번 달" | "이번달" => Some(month_of(today.year(), today.month())),
-        "last month" | "지난 달" | "지난달" => {
-            Some(month_of(last_month.year(), last_month.month()))
+    match compact.as_str() {
+        "now" | "지금" => {
+            return Some(Period {
+                start: now,
+                end: now,
+            });
         }
-        "this year" | "올해" => Some(year_of(today.year())),
-        "last year" | "작년" | "지난해" => Some(year_of(today.year() - 1)),
-        _ => None,
-    };
-    if fixed.is_some() {
-        return fixed;
+        "today" | "오늘" => return day(today),
+        "yesterday" | "어제" => return day(today.pred_opt()?),
+        "the day before yesterday" | "그제" | "그저께" => return day(days_back(today, 2)?),
+        "this week" | "이번 주" | "이번주" => return week_of(today),
+        "last week" | "지난 주" | "지난주" => return week_of(days_back(today, 7)?),
+        "this month" | "이번 달" | "이번달" => return month_of(today),
+        "last month" | "지난 달" | "지난달" => return month_of(months_back(today, 1)?),
+        "this year" | "올해" => return year_of(today.year()),
+        "last year" | "작년" | "지난해" => return year_of(today.year().checked_sub(1)?),
+        _ => {}
     }
     let words: Vec<&str> = compact.split(' ').collect();
     match words.as_slice() {
-        ["last" | "지난", name] => weekday(name).map(|w| day(last_weekday(today, w))),
+        ["last" | "지난", name] => day(last_weekday(today, weekday(name)?)?),
         [count, unit, "ago"] => ago(count.parse().ok()?, unit, today),
         [amount, "전"] => {
             let split = amount.find(|c: char| !c.is_ascii_digit())?;
@@ -158,8 +151,9 @@ pub fn parse_bound(expression: &str, bound: Bound, now: DateTime<Utc>) -> Result
     if let Ok(instant) = DateTime::parse_from_rfc3339(trimmed) {
         return Ok(instant.with_timezone(&Utc));
     }
-    if let Ok(date) = NaiveDate::parse_from_str(trimmed, "%Y-%m-%d") {
-        let period = day(date);
+    if let Ok(date) = NaiveDate::parse_from_str(trimmed, "%Y-%m-%d")
+        && let Some(period) = day(date)
+    {
         return Ok(match bound {
             Bound::Start => period.start,
             Bound::End => period.end,
@@ -287,6 +281,68 @@ mod tests {
             parse_range(None, Some("now"), now()).unwrap().1,
             Some(now())
         );
+    }
+
+    /// Fuzz case (timerange target): `1790407950년 전` panicked with "valid
+    /// year"; counts that leave chrono's range are unreadable, not a panic.
+    #[test]
+    fn fuzz_huge_counts_are_unreadable() {
+        for expression in [
+            "1790407950년 전",
+            "4294967295 years ago",
+            "2147483648 years ago",
+            "4294967295 days ago",
+            "4294967295일 전",
+            "4294967295 weeks ago",
+            "4294967295 months ago",
+            "4294967295개월 전",
+        ] {
+            let err = parse_range(Some(expression), None, now()).unwrap_err();
+            assert!(err.message.contains("cannot read the time"), "{expression}");
+        }
+        assert_eq!(
+            range("262000 years ago", "262000 years ago").0,
+            at(2026 - 262000, 1, 1)
+        );
+    }
+
+    /// Fuzz case (timerange target): every expression at the edges of
+    /// chrono's range (a `now` at its first or last day, a date at its last
+    /// day) answers or is unreadable, and never panics.
+    #[test]
+    fn fuzz_edges_of_chronos_range_do_not_panic() {
+        let expressions = [
+            "now",
+            "today",
+            "yesterday",
+            "the day before yesterday",
+            "this week",
+            "last week",
+            "this month",
+            "last month",
+            "this year",
+            "last year",
+            "last monday",
+            "1 day ago",
+            "1 week ago",
+            "1 month ago",
+            "1 year ago",
+        ];
+        for now in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
+            for expression in expressions {
+                for bound in [Bound::Start, Bound::End] {
+                    let _ = parse_bound(expression, bound, now);
+                }
+            }
+        }
+        let last_day = NaiveDate::MAX.format("%Y-%m-%d").to_string();
+        assert!(parse_bound(&last_day, Bound::End, now()).is_err());
+        assert_eq!(
+            parse_bound("today", Bound::Start, DateTime::<Utc>::MIN_UTC).unwrap(),
+            DateTime::<Utc>::MIN_UTC
+        );
+        assert!(parse_bound("yesterday", Bound::Start, DateTime::<Utc>::MIN_UTC).is_err());
+        assert!(parse_bound("this year", Bound::End, DateTime::<Utc>::MAX_UTC).is_err());
     }
 
     #[test]
