@@ -35,4 +35,12 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
     cargo test --workspace --all-features --locked
 fi
+# After the tests, not beside them: fuzzing takes both cores, and the
+# fault-injection and timing tests measure latencies. The corpus grows in a
+# cache directory from run to run (docs/FUZZING.md).
+step "fuzzing, ${MNEME_FUZZ_SECONDS:-20} s per target [$(elapsed)]"
+MNEME_FUZZ_SECONDS="${MNEME_FUZZ_SECONDS:-20}" \
+    MNEME_FUZZ_CORPUS="${MNEME_FUZZ_CORPUS:-$HOME/.cache/mneme/fuzz-corpus}" \
+    MNEME_FUZZ_KEEP_CORPUS=1 \
+    ./.ci/fuzz
 step "all checks passed in $(elapsed)"
