@@ -8,7 +8,7 @@ use std::future::Future;
 use mneme_cache::Cache;
 use mneme_config::{Config, Secret};
 use mneme_consolidator::{Consolidator, EmbeddingWorker};
-use mneme_gateway::{App, Backends};
+use mneme_gateway::{App, BackendSettings, Backends};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_recall::RecallServer;
 use mneme_remember::RememberServer;
@@ -57,8 +57,8 @@ pub async fn up(
                 .collect::<String>(),
         )
     });
-    config.gateway.recall_url = format!("http://{}", listeners.recall.local_addr()?);
-    config.gateway.remember_url = format!("http://{}", listeners.remember.local_addr()?);
+    config.gateway.recall_urls = vec![format!("http://{}", listeners.recall.local_addr()?)];
+    config.gateway.remember_urls = vec![format!("http://{}", listeners.remember.local_addr()?)];
     let signer = PrincipalSigner::new(token.expose());
 
     let store = Store::open(&config).await?;
@@ -113,13 +113,7 @@ pub async fn up(
         });
     }
 
-    let backends = Backends::new(
-        &config.gateway.recall_url,
-        &config.gateway.remember_url,
-        signer,
-        config.gateway.backend_timeout,
-        config.gateway.backend_resolve_every,
-    )?;
+    let backends = Backends::new(&BackendSettings::from_config(&config.gateway), signer)?;
     let gateway_stop = stop.clone().cancelled_owned();
     tasks.spawn(async move {
         let result = match App::new(store, cache, backends, &config, token.expose()) {

@@ -1,9 +1,24 @@
 //! Clients of the backend services, with the caller's principal signed into
-//! every call and the deadline propagated (`grpc-timeout`).
+//! every call, the deadline propagated (`grpc-timeout`) and failover between
+//! a service's instances ([`crate::discovery`]).
+//!
+//! A call that fails in transport (refused, reset, the instance gone) ejects
+//! that instance and may be sent again to another one, within the same
+//! deadline and `MNEME_BACKEND_ATTEMPTS`:
+//! - reads always (they change nothing but usage counters);
+//! - a `remember` with an idempotency key always (the key makes a second
+//!   delivery return the first fragment);
+//! - other writes only when they never reached an instance (connection
+//!   refused). A write whose connection broke mid-call is reported as
+//!   unavailable with its outcome unknown, never as failed or done.
+//!
+//! Answers an instance sends (including `Unavailable` because its database
+//! is down) are final: they say nothing about the instance's health.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use mneme_core::{Error, Principal};
+use mneme_core::{Error, ErrorCode, Principal};
 use mneme_proto::error::from_status;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::v1::recall_service_client::RecallServiceClient;
@@ -22,91 +37,221 @@ use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::discovery::{Discovery, Instance, Pool};
+
 /// Deadline of an on-demand consolidation (all stages of one tenant).
 const CONSOLIDATE_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// A retry needs at least this much of the deadline left to be worth sending.
+const MIN_RETRY_BUDGET: Duration = Duration::from_millis(50);
+
+/// What a caller is told when no instance could take a call.
+const UNAVAILABLE: &str = "the backend is unavailable; retry shortly";
+
 /// A future returned by progress callbacks.
 pub type ProgressFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Where the backends are and how calls to them fail over.
+#[derive(Debug, Clone)]
+pub struct BackendSettings {
+    pub recall_urls: Vec<String>,
+    pub remember_urls: Vec<String>,
+    /// Deadline of each call, retries included.
+    pub timeout: Duration,
+    /// `Some`: follow the hosts' DNS answers on this interval.
+    pub resolve_every: Option<Duration>,
+    /// How long an instance that failed in transport gets no calls.
+    pub eject_for: Duration,
+    /// Most instances one call is sent to.
+    pub attempts: usize,
+}
+
+impl BackendSettings {
+    pub fn from_config(config: &mneme_config::GatewayConfig) -> Self {
+        Self {
+            recall_urls: config.recall_urls.clone(),
+            remember_urls: config.remember_urls.clone(),
+            timeout: config.backend_timeout,
+            resolve_every: config.backend_resolve_every,
+            eject_for: config.backend_eject,
+            attempts: config.backend_attempts,
+        }
+    }
+}
 
 /// gRPC clients of recall and remember. Cheap to clone; channels connect
 /// lazily and reconnect by themselves.
 #[derive(Debug, Clone)]
 pub struct Backends {
-    recall: Channel,
-    remember: Channel,
+    recall: Pool,
+    remember: Pool,
     signer: PrincipalSigner,
     timeout: Duration,
+    attempts: usize,
 }
 
-/// One connection to `url`'s host, or (with `resolve_every`) a channel
-/// balanced over every address the host resolves to.
-fn channel(url: &str, resolve_every: Option<Duration>) -> anyhow::Result<Channel> {
-    match resolve_every {
-        None => Ok(crate::discovery::endpoint(url.to_owned())?.connect_lazy()),
-        Some(every) => {
-            crate::discovery::balanced_channel(url, every, crate::discovery::system_resolver())
+/// Which transport failures a call may be retried after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// Any: the call changes nothing a second delivery would repeat.
+    Lost,
+    /// Only a call that never reached an instance.
+    NotSent,
+}
+
+/// How a call failed below gRPC (no answer from an instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TransportFailure {
+    /// The connection could not be made: the call never left.
+    NotSent,
+    /// The connection broke: the instance may have acted on the call.
+    Lost,
+}
+
+/// `None` for an answer an instance sent (or the caller's own deadline);
+/// transport errors keep their cause as the status's source.
+fn transport_failure(status: &tonic::Status) -> Option<TransportFailure> {
+    if matches!(
+        status.code(),
+        tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+    ) {
+        return None;
+    }
+    let mut cause = std::error::Error::source(status)?;
+    loop {
+        if cause.is::<tonic::ConnectError>() {
+            return Some(TransportFailure::NotSent);
+        }
+        match cause.source() {
+            Some(next) => cause = next,
+            None => return Some(TransportFailure::Lost),
         }
     }
 }
 
 impl Backends {
-    pub fn new(
-        recall_url: &str,
-        remember_url: &str,
-        signer: PrincipalSigner,
-        timeout: Duration,
-        resolve_every: Option<Duration>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(settings: &BackendSettings, signer: PrincipalSigner) -> anyhow::Result<Self> {
+        let discovery = match settings.resolve_every {
+            None => Discovery::Static,
+            Some(every) => Discovery::Dns {
+                every,
+                resolve: crate::discovery::system_resolver(),
+            },
+        };
         Ok(Self {
-            recall: channel(recall_url, resolve_every)?,
-            remember: channel(remember_url, resolve_every)?,
+            recall: Pool::new(
+                "recall",
+                &settings.recall_urls,
+                discovery.clone(),
+                settings.eject_for,
+            )?,
+            remember: Pool::new(
+                "remember",
+                &settings.remember_urls,
+                discovery,
+                settings.eject_for,
+            )?,
             signer,
-            timeout,
+            timeout: settings.timeout,
+            attempts: settings.attempts.max(1),
         })
     }
 
-    fn request<T>(&self, principal: &Principal, message: T) -> tonic::Request<T> {
+    fn request<T>(
+        &self,
+        principal: &Principal,
+        message: T,
+        timeout: Duration,
+    ) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
-        request.set_timeout(self.timeout);
+        request.set_timeout(timeout);
         self.signer.attach(&mut request, principal);
         mneme_proto::trace_context::inject_current(&mut request);
         request
     }
 
-    /// Sends one unary call with the principal and deadline attached.
-    async fn unary<C, T, R, F, Fut>(
+    /// Sends one unary call with the principal and deadline attached,
+    /// failing over to other instances as `retry` allows.
+    async fn unary<T, R, F, Fut>(
         &self,
         method: &'static str,
-        client: C,
+        pool: &Pool,
+        retry: Retry,
         principal: &Principal,
         message: T,
         rpc: F,
     ) -> Result<R, Error>
     where
-        F: FnOnce(C, tonic::Request<T>) -> Fut,
+        T: Clone,
+        F: Fn(Channel, tonic::Request<T>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        let started = std::time::Instant::now();
-        let result = rpc(client, self.request(principal, message)).await;
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err(status) => status.code(),
-        };
-        crate::metrics::METRICS
-            .grpc_client
-            .with_label_values(&[method, &format!("{code:?}")])
-            .observe(started.elapsed().as_secs_f64());
-        result
-            .map(tonic::Response::into_inner)
-            .map_err(|status| from_status(&status))
+        let deadline = Instant::now() + self.timeout;
+        let mut tried: Vec<Arc<Instance>> = Vec::new();
+        loop {
+            let Some(instance) = pool.pick(&tried) else {
+                return Err(Error::unavailable(UNAVAILABLE));
+            };
+            let started = Instant::now();
+            let remaining = deadline.saturating_duration_since(started);
+            let request = self.request(principal, message.clone(), remaining);
+            let result = rpc(instance.channel.clone(), request).await;
+            let code = match &result {
+                Ok(_) => tonic::Code::Ok,
+                Err(status) => status.code(),
+            };
+            crate::metrics::METRICS
+                .grpc_client
+                .with_label_values(&[method, &format!("{code:?}")])
+                .observe(started.elapsed().as_secs_f64());
+            let status = match result {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => status,
+            };
+            let Some(failure) = transport_failure(&status) else {
+                return Err(from_status(&status));
+            };
+            pool.eject(&instance);
+            tried.push(instance);
+            let may_retry = retry == Retry::Lost || failure == TransportFailure::NotSent;
+            let budget_left = deadline.saturating_duration_since(Instant::now()) > MIN_RETRY_BUDGET;
+            if may_retry
+                && budget_left
+                && tried.len() < self.attempts
+                && pool.pick(&tried).is_some()
+            {
+                crate::metrics::METRICS
+                    .backend_retries
+                    .with_label_values(&[pool.service()])
+                    .inc();
+                continue;
+            }
+            tracing::warn!(service = pool.service(), method, ?failure, %status, "backend call failed in transport");
+            return Err(match failure {
+                TransportFailure::NotSent => Error::unavailable(UNAVAILABLE),
+                TransportFailure::Lost if retry == Retry::Lost => Error::unavailable(UNAVAILABLE),
+                TransportFailure::Lost => Error::new(
+                    ErrorCode::Unavailable,
+                    "the connection to the backend broke during the call, so it may or may not \
+                     have taken effect; check before repeating it",
+                ),
+            });
+        }
     }
 
-    fn remember_client(&self) -> RememberServiceClient<Channel> {
-        RememberServiceClient::new(self.remember.clone())
+    /// An instance for a streaming call (not retried: progress has been
+    /// reported by then).
+    fn instance(&self, pool: &Pool) -> Result<Arc<Instance>, Error> {
+        pool.pick(&[])
+            .ok_or_else(|| Error::unavailable(UNAVAILABLE))
     }
 
-    fn recall_client(&self) -> RecallServiceClient<Channel> {
-        RecallServiceClient::new(self.recall.clone())
+    /// Ejects the instance a streaming call failed on in transport.
+    fn stream_failed(pool: &Pool, instance: &Instance, status: &tonic::Status) -> Error {
+        if transport_failure(status).is_some() {
+            pool.eject(instance);
+        }
+        from_status(status)
     }
 
     /// Runs a batch, passing each progress event to `on_progress`, and
@@ -117,17 +262,14 @@ impl Backends {
         message: BatchRememberRequest,
         mut on_progress: impl FnMut(BatchProgress) -> ProgressFuture,
     ) -> Result<BatchRememberResult, Error> {
-        let mut stream = self
-            .remember_client()
-            .batch_remember(self.request(principal, message))
+        let instance = self.instance(&self.remember)?;
+        let failed = |status| Self::stream_failed(&self.remember, &instance, &status);
+        let mut stream = RememberServiceClient::new(instance.channel.clone())
+            .batch_remember(self.request(principal, message, self.timeout))
             .await
-            .map_err(|status| from_status(&status))?
+            .map_err(failed)?
             .into_inner();
-        while let Some(event) = stream
-            .message()
-            .await
-            .map_err(|status| from_status(&status))?
-        {
+        while let Some(event) = stream.message().await.map_err(failed)? {
             match event.event {
                 Some(batch_remember_event::Event::Progress(progress)) => {
                     on_progress(progress).await
@@ -148,20 +290,16 @@ impl Backends {
         message: ConsolidateRequest,
         mut on_progress: impl FnMut(ConsolidateProgress) -> ProgressFuture,
     ) -> Result<ConsolidateResult, Error> {
-        let mut request = self.request(principal, message);
         // A run takes as long as its stages do, not as long as a call.
-        request.set_timeout(self.timeout.max(CONSOLIDATE_TIMEOUT));
-        let mut stream = self
-            .remember_client()
+        let request = self.request(principal, message, self.timeout.max(CONSOLIDATE_TIMEOUT));
+        let instance = self.instance(&self.remember)?;
+        let failed = |status| Self::stream_failed(&self.remember, &instance, &status);
+        let mut stream = RememberServiceClient::new(instance.channel.clone())
             .consolidate(request)
             .await
-            .map_err(|status| from_status(&status))?
+            .map_err(failed)?
             .into_inner();
-        while let Some(event) = stream
-            .message()
-            .await
-            .map_err(|status| from_status(&status))?
-        {
+        while let Some(event) = stream.message().await.map_err(failed)? {
             match event.event {
                 Some(consolidate_event::Event::Progress(progress)) => on_progress(progress).await,
                 Some(consolidate_event::Event::Result(result)) => return Ok(result),
@@ -172,31 +310,38 @@ impl Backends {
         Err(Error::internal())
     }
 
-    /// Names of backends whose `grpc.health.v1` check does not answer
-    /// SERVING within a second.
+    /// Names of backends none of whose instances answers the
+    /// `grpc.health.v1` check with SERVING within a second.
     pub async fn unhealthy(&self) -> Vec<&'static str> {
-        let checks = [("recall", &self.recall), ("remember", &self.remember)];
         let mut down = Vec::new();
-        for (name, channel) in checks {
-            let mut request = tonic::Request::new(HealthCheckRequest {
-                service: String::new(),
+        for pool in [&self.recall, &self.remember] {
+            let instances = pool.instances();
+            let checks = instances.iter().map(|instance| {
+                let mut request = tonic::Request::new(HealthCheckRequest {
+                    service: String::new(),
+                });
+                request.set_timeout(Duration::from_secs(1));
+                let mut client = HealthClient::new(instance.channel.clone());
+                async move {
+                    client
+                        .check(request)
+                        .await
+                        .is_ok_and(|r| r.into_inner().status == 1)
+                }
             });
-            request.set_timeout(Duration::from_secs(1));
-            let serving = HealthClient::new(channel.clone())
-                .check(request)
-                .await
-                .is_ok_and(|r| r.into_inner().status == 1);
-            if !serving {
-                down.push(name);
+            if !futures::future::join_all(checks).await.contains(&true) {
+                down.push(pool.service());
             }
         }
         down
     }
 }
 
-/// One method per unary RPC: `client.rpc(Request) -> Response;`.
+/// One method per unary RPC:
+/// `pool: Client.rpc(Request) -> Response, retry policy;`, where the policy
+/// is a function of the request.
 macro_rules! unary_rpcs {
-    ($($client:ident . $rpc:ident ($request:ty) -> $response:ty;)*) => {
+    ($($pool:ident: $client:ident . $rpc:ident ($request:ty) -> $response:ty, $retry:expr;)*) => {
         impl Backends {
             $(
                 pub async fn $rpc(
@@ -204,8 +349,10 @@ macro_rules! unary_rpcs {
                     principal: &Principal,
                     message: $request,
                 ) -> Result<$response, Error> {
-                    self.unary(stringify!($rpc), self.$client(), principal, message, |mut c, r| async move {
-                        c.$rpc(r).await
+                    let retry: fn(&$request) -> Retry = $retry;
+                    let retry = retry(&message);
+                    self.unary(stringify!($rpc), &self.$pool, retry, principal, message, |channel, r| async move {
+                        $client::new(channel).$rpc(r).await
                     })
                     .await
                 }
@@ -214,20 +361,31 @@ macro_rules! unary_rpcs {
     };
 }
 
+/// Reads may be delivered twice.
+fn read<T>(_: &T) -> Retry {
+    Retry::Lost
+}
+
+/// Writes only when the first delivery never left.
+fn write<T>(_: &T) -> Retry {
+    Retry::NotSent
+}
+
 unary_rpcs! {
-    remember_client.remember(RememberRequest) -> RememberResponse;
-    remember_client.forget(ForgetRequest) -> ForgetResponse;
-    remember_client.amend(AmendRequest) -> AmendResponse;
-    remember_client.link(LinkRequest) -> LinkResponse;
-    remember_client.reflect(ReflectRequest) -> ReflectResponse;
-    remember_client.record_tool_feedback(ToolFeedbackRequest) -> ToolFeedbackResponse;
-    recall_client.recall(RecallRequest) -> RecallResponse;
-    recall_client.context(ContextRequest) -> ContextResponse;
-    recall_client.fetch(FetchRequest) -> RecalledFragment;
-    recall_client.stats(StatsRequest) -> StatsResponse;
-    recall_client.graph_explore(GraphExploreRequest) -> GraphExploreResponse;
-    recall_client.fragment_history(FragmentHistoryRequest) -> FragmentHistoryResponse;
-    recall_client.reconstruct_history(ReconstructHistoryRequest) -> ReconstructHistoryResponse;
-    recall_client.search_traces(SearchTracesRequest) -> SearchTracesResponse;
-    recall_client.surface(SurfaceRequest) -> SurfaceResponse;
+    remember: RememberServiceClient.remember(RememberRequest) -> RememberResponse,
+        |request| if request.idempotency_key.is_some() { Retry::Lost } else { Retry::NotSent };
+    remember: RememberServiceClient.forget(ForgetRequest) -> ForgetResponse, write;
+    remember: RememberServiceClient.amend(AmendRequest) -> AmendResponse, write;
+    remember: RememberServiceClient.link(LinkRequest) -> LinkResponse, write;
+    remember: RememberServiceClient.reflect(ReflectRequest) -> ReflectResponse, write;
+    remember: RememberServiceClient.record_tool_feedback(ToolFeedbackRequest) -> ToolFeedbackResponse, write;
+    recall: RecallServiceClient.recall(RecallRequest) -> RecallResponse, read;
+    recall: RecallServiceClient.context(ContextRequest) -> ContextResponse, read;
+    recall: RecallServiceClient.fetch(FetchRequest) -> RecalledFragment, read;
+    recall: RecallServiceClient.stats(StatsRequest) -> StatsResponse, read;
+    recall: RecallServiceClient.graph_explore(GraphExploreRequest) -> GraphExploreResponse, read;
+    recall: RecallServiceClient.fragment_history(FragmentHistoryRequest) -> FragmentHistoryResponse, read;
+    recall: RecallServiceClient.reconstruct_history(ReconstructHistoryRequest) -> ReconstructHistoryResponse, read;
+    recall: RecallServiceClient.search_traces(SearchTracesRequest) -> SearchTracesResponse, read;
+    recall: RecallServiceClient.surface(SurfaceRequest) -> SurfaceResponse, read;
 }

@@ -81,7 +81,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-pub use backends::{Backends, ProgressFuture};
+pub use backends::{BackendSettings, Backends, ProgressFuture};
 pub use tools::reference::tools_markdown;
 
 /// Shared state of the gateway's handlers. Cheap to clone.
@@ -451,11 +451,8 @@ pub async fn run(
     let token = config.require_internal_token()?;
     let store = Store::open(&config).await?;
     let backends = Backends::new(
-        &config.gateway.recall_url,
-        &config.gateway.remember_url,
+        &BackendSettings::from_config(&config.gateway),
         PrincipalSigner::new(token.expose()),
-        config.gateway.backend_timeout,
-        config.gateway.backend_resolve_every,
     )?;
     let cache = Cache::from_config(&config.redis).await?;
     let app = App::new(store, cache, backends, &config, token.expose())?;

@@ -50,6 +50,11 @@ pub(crate) struct Metrics {
     pub(crate) http: HistogramVec,
     /// Calls to the recall and remember services by method and status.
     pub(crate) grpc_client: HistogramVec,
+    /// Backend instances taken out of rotation after a transport failure,
+    /// by service.
+    pub(crate) backend_ejections: IntCounterVec,
+    /// Backend calls sent again to another instance, by service.
+    pub(crate) backend_retries: IntCounterVec,
 }
 
 pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
@@ -140,6 +145,16 @@ pub(crate) static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         "mneme_http_request_seconds",
         "HTTP requests by route family, method and status class (time to the response headers).",
         &["route", "method", "status"],
+    ),
+    backend_ejections: counter(
+        "mneme_backend_ejections_total",
+        "Backend instances ejected from rotation after a transport failure, by service.",
+        &["service"],
+    ),
+    backend_retries: counter(
+        "mneme_backend_retries_total",
+        "Backend calls sent again to another instance after a transport failure, by service.",
+        &["service"],
     ),
     grpc_client: mneme_telemetry::metrics::latency_histogram(
         "mneme_grpc_client_seconds",

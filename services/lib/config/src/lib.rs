@@ -511,9 +511,12 @@ pub struct GatewayConfig {
     pub allowed_hosts: Vec<String>,
     /// Empty means "no Origin check" (`*`).
     pub allowed_origins: Vec<String>,
-    pub recall_url: String,
-    pub remember_url: String,
+    /// One URL per backend instance (or per host to resolve).
+    pub recall_urls: Vec<String>,
+    pub remember_urls: Vec<String>,
     pub backend_timeout: Duration,
+    pub backend_attempts: usize,
+    pub backend_eject: Duration,
     /// `Some`: balance over every address of the backend hosts, resolved
     /// on this interval.
     pub backend_resolve_every: Option<Duration>,
@@ -847,6 +850,21 @@ fn parse_base_url(reader: &mut Reader<'_>, setting: Setting, raw: String) -> Str
     url
 }
 
+/// A comma-separated list of base URLs, at least one.
+fn parse_base_urls(reader: &mut Reader<'_>, setting: Setting) -> Vec<String> {
+    let raw = reader.raw(setting).unwrap_or_default();
+    let urls: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| parse_base_url(reader, setting, url.to_owned()))
+        .collect();
+    if urls.is_empty() {
+        reader.problem(format!("{}={raw:?}: expected an http(s) URL", setting.name));
+    }
+    urls
+}
+
 /// `scheme://host[:port]` → (`host`, `scheme://host[:port]`).
 fn host_and_origin(url: &str) -> (String, String) {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
@@ -925,18 +943,18 @@ impl Config {
                 origins
             }
         };
-        let recall_url = r.raw(settings::RECALL_URL).unwrap_or_default();
-        let recall_url = parse_base_url(&mut r, settings::RECALL_URL, recall_url);
-        let remember_url = r.raw(settings::REMEMBER_URL).unwrap_or_default();
-        let remember_url = parse_base_url(&mut r, settings::REMEMBER_URL, remember_url);
+        let recall_urls = parse_base_urls(&mut r, settings::RECALL_URL);
+        let remember_urls = parse_base_urls(&mut r, settings::REMEMBER_URL);
         let gateway = GatewayConfig {
             http_addr,
             public_url,
             allowed_hosts,
             allowed_origins,
-            recall_url,
-            remember_url,
+            recall_urls,
+            remember_urls,
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
+            backend_attempts: r.positive(settings::BACKEND_ATTEMPTS),
+            backend_eject: r.secs(settings::BACKEND_EJECT_SECS),
             backend_resolve_every: Some(Duration::from_secs(
                 r.value(settings::BACKEND_RESOLVE_SECS),
             ))

@@ -63,11 +63,15 @@ settings! {
         ALLOWED_ORIGINS = "MNEME_ALLOWED_ORIGINS", None,
             "Comma-separated browser origins (`https://app.example.com`, `http://localhost:*`) accepted on `/mcp`; requests with another `Origin` get 403, requests without one pass. Defaults to the origin of `MNEME_PUBLIC_URL` plus `https://claude.ai`, `https://claude.com`, `https://chatgpt.com` and `https://platform.openai.com`. `*` disables the check.";
         RECALL_URL = "MNEME_RECALL_URL", Some("http://127.0.0.1:50051"),
-            "gRPC endpoint of the recall service, as seen from the gateway.";
+            "gRPC endpoint of the recall service, as seen from the gateway; several instances comma-separated (calls go round robin and fail over between them).";
         REMEMBER_URL = "MNEME_REMEMBER_URL", Some("http://127.0.0.1:50052"),
-            "gRPC endpoint of the remember service, as seen from the gateway.";
+            "gRPC endpoint of the remember service, as seen from the gateway; several instances comma-separated (calls go round robin and fail over between them).";
         BACKEND_TIMEOUT_MS = "MNEME_BACKEND_TIMEOUT_MS", Some("10000"),
-            "Deadline of each gateway→backend gRPC call, in milliseconds; propagated to the backend.";
+            "Deadline of each gateway→backend gRPC call, in milliseconds, retries on other instances included; propagated to the backend.";
+        BACKEND_ATTEMPTS = "MNEME_BACKEND_ATTEMPTS", Some("3"),
+            "Most backend instances one call is sent to. A call that fails in transport (connection refused or broken) goes to another instance: reads and `remember` calls with an `idempotencyKey` always, other writes only when the connection was never made. 1 turns failover off.";
+        BACKEND_EJECT_SECS = "MNEME_BACKEND_EJECT_SECS", Some("5"),
+            "Seconds a backend instance gets no calls after one failed in transport (it gets calls again sooner if every instance is ejected).";
         BACKEND_RESOLVE_SECS = "MNEME_BACKEND_RESOLVE_SECS", Some("0"),
             "Re-resolve the recall and remember hosts every this many seconds and balance calls over all their addresses (for Kubernetes headless Services, so pods the autoscaler adds get traffic at once). 0: one connection per backend host, re-resolved only when it reconnects (a single backend, or a service mesh that balances).";
         AUTH_CACHE_SECS = "MNEME_AUTH_CACHE_SECS", Some("10"),
