@@ -20,7 +20,7 @@ impl Cache {
         session: &str,
         ttl: Duration,
     ) -> Result<(), CacheError> {
-        self.client
+        self.live()?
             .set::<(), _, _>(
                 self.key(&["adm", token_hash]),
                 session,
@@ -39,15 +39,15 @@ impl Cache {
         ttl: Duration,
     ) -> Result<Option<String>, CacheError> {
         let key = self.key(&["adm", token_hash]);
-        let session: Option<String> = self.client.get(&key).await?;
+        let session: Option<String> = self.live()?.get(&key).await?;
         if session.is_some() {
-            let _: () = self.client.pexpire(&key, millis(ttl), None).await?;
+            let _: () = self.live()?.pexpire(&key, millis(ttl), None).await?;
         }
         Ok(session)
     }
 
     pub async fn delete_admin_session(&self, token_hash: &str) -> Result<(), CacheError> {
-        self.client
+        self.live()?
             .del::<(), _>(self.key(&["adm", token_hash]))
             .await?;
         Ok(())

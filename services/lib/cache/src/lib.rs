@@ -218,6 +218,20 @@ impl Cache {
         key
     }
 
+    /// The client, or at once an error while it is disconnected: a command
+    /// sent while fred reconnects would wait for `COMMAND_TIMEOUT`, and
+    /// every caller here has a way to go on without Redis.
+    fn live(&self) -> Result<&Client, CacheError> {
+        if self.client.is_connected() {
+            Ok(&self.client)
+        } else {
+            Err(CacheError(fred::error::Error::new(
+                fred::error::ErrorKind::IO,
+                "not connected to Redis",
+            )))
+        }
+    }
+
     /// True when Redis answers `PING`.
     pub async fn ping(&self) -> bool {
         self.client.ping::<String>(None).await.is_ok()
@@ -226,7 +240,10 @@ impl Cache {
     /// A cached query embedding, or `None` on a miss or any Redis failure.
     pub async fn cached_embedding(&self, model: &str, text: &str, dim: usize) -> Option<Vec<f32>> {
         let key = self.key(&["qemb", model, &hex::encode(Sha256::digest(text.as_bytes()))]);
-        match self.client.get::<Option<Vec<u8>>, _>(&key).await {
+        let Ok(client) = self.live() else {
+            return None;
+        };
+        match client.get::<Option<Vec<u8>>, _>(&key).await {
             Ok(Some(bytes)) if bytes.len() == dim * 4 => Some(
                 bytes
                     .chunks_exact(4)
@@ -249,8 +266,10 @@ impl Cache {
         let key = self.key(&["qemb", model, &hex::encode(Sha256::digest(text.as_bytes()))]);
         let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
         let expiry = Expiration::EX(ttl.as_secs().max(1) as i64);
-        if let Err(error) = self
-            .client
+        let Ok(client) = self.live() else {
+            return;
+        };
+        if let Err(error) = client
             .set::<(), _, _>(&key, bytes.as_slice(), Some(expiry), None, false)
             .await
         {
@@ -262,7 +281,10 @@ impl Cache {
     /// effort: workers also sweep periodically).
     pub async fn wake_embedding_worker(&self, tenant_id: &str) {
         let channel = self.key(&[EMBED_WAKE_CHANNEL]);
-        if let Err(error) = self.client.publish::<(), _, _>(&channel, tenant_id).await {
+        let Ok(client) = self.live() else {
+            return;
+        };
+        if let Err(error) = client.publish::<(), _, _>(&channel, tenant_id).await {
             tracing::debug!(%error, "embedding wake-up not published");
         }
     }
@@ -278,7 +300,10 @@ impl Cache {
     /// the cache entry expires. Best effort: the entries expire anyway.
     pub async fn announce_key_revoked(&self, key_id: &str) {
         let channel = self.key(&[KEY_REVOKED_CHANNEL]);
-        if let Err(error) = self.client.publish::<(), _, _>(&channel, key_id).await {
+        let Ok(client) = self.live() else {
+            return;
+        };
+        if let Err(error) = client.publish::<(), _, _>(&channel, key_id).await {
             tracing::warn!(%error, "key revocation not announced; gateway caches expire on their own");
         }
     }
@@ -322,7 +347,10 @@ impl Cache {
 
     /// The cached number of valid fragments of a key, if fresh.
     pub async fn quota_count(&self, tenant: &str, key: &str) -> Option<i64> {
-        self.client
+        let Ok(client) = self.live() else {
+            return None;
+        };
+        client
             .get::<Option<i64>, _>(self.quota_key(tenant, key))
             .await
             .unwrap_or_else(|error| {
@@ -334,8 +362,10 @@ impl Cache {
     /// Caches an exact count for `ttl`.
     pub async fn set_quota_count(&self, tenant: &str, key: &str, count: i64, ttl: Duration) {
         let expiry = Expiration::EX(ttl.as_secs().max(1) as i64);
-        if let Err(error) = self
-            .client
+        let Ok(client) = self.live() else {
+            return;
+        };
+        if let Err(error) = client
             .set::<(), _, _>(
                 self.quota_key(tenant, key),
                 count,
@@ -351,9 +381,12 @@ impl Cache {
 
     /// Adds `n` to a cached count that exists (best effort).
     pub async fn add_quota_count(&self, tenant: &str, key: &str, n: i64) {
+        let Ok(client) = self.live() else {
+            return;
+        };
         let script = fred::types::scripts::Script::from_lua(INCR_IF_EXISTS);
         let result: Result<Option<i64>, _> = script
-            .evalsha_with_reload(&self.client, vec![self.quota_key(tenant, key)], vec![n])
+            .evalsha_with_reload(client, vec![self.quota_key(tenant, key)], vec![n])
             .await;
         if let Err(error) = result {
             tracing::debug!(%error, "quota cache increment failed");
@@ -378,7 +411,7 @@ impl Cache {
     ) -> Result<(), CacheError> {
         let key = self.working_memory_key(owner, session);
         let encoded = serde_json::to_string(item).expect("working-memory items serialise");
-        let _: () = self.client.rpush(&key, encoded).await?;
+        let _: () = self.live()?.rpush(&key, encoded).await?;
         let items = self.working_memory(owner, session).await?;
         let mut total: usize = items.iter().map(|i| i.tokens as usize).sum();
         let mut drop = 0;
@@ -387,10 +420,10 @@ impl Cache {
             drop += 1;
         }
         if drop > 0 {
-            let _: () = self.client.ltrim(&key, drop as i64, -1).await?;
+            let _: () = self.live()?.ltrim(&key, drop as i64, -1).await?;
         }
         let _: () = self
-            .client
+            .live()?
             .expire(&key, ttl.as_secs().max(1) as i64, None)
             .await?;
         Ok(())
@@ -403,7 +436,7 @@ impl Cache {
         session: &str,
     ) -> Result<Vec<WorkingMemoryItem>, CacheError> {
         let raw: Vec<String> = self
-            .client
+            .live()?
             .lrange(self.working_memory_key(owner, session), 0, -1)
             .await?;
         Ok(raw
@@ -422,8 +455,13 @@ impl Cache {
         what: &str,
     ) {
         let result: Result<(), _> = async {
-            let _: () = self.client.sadd(key, members.to_vec()).await?;
-            self.client
+            let _: () = self
+                .live()
+                .map_err(|e| e.0)?
+                .sadd(key, members.to_vec())
+                .await?;
+            self.live()
+                .map_err(|e| e.0)?
                 .expire::<(), _>(key, ttl.as_secs().max(1) as i64, None)
                 .await
         }
@@ -450,7 +488,10 @@ impl Cache {
     /// within `ttl`, marking them now. On a Redis failure every id counts as
     /// new: deduplication is lost, activation is not.
     pub async fn first_spread(&self, scope: &[&str], ids: &[String], ttl: Duration) -> Vec<String> {
-        let pipeline = self.client.pipeline();
+        let Ok(client) = self.live() else {
+            return ids.to_vec();
+        };
+        let pipeline = client.pipeline();
         let marked: Result<Vec<Value>, Error> = async {
             for id in ids {
                 let mut parts = vec!["spread"];
@@ -485,7 +526,10 @@ impl Cache {
 
     /// Fragment ids already shown to a session; empty when unknown.
     pub async fn seen(&self, owner: &str, session: &str) -> std::collections::HashSet<String> {
-        self.client
+        let Ok(client) = self.live() else {
+            return std::collections::HashSet::new();
+        };
+        client
             .smembers(self.seen_key(owner, session))
             .await
             .unwrap_or_else(|error| {

@@ -34,8 +34,10 @@ impl Cache {
         content: &str,
         ttl: Duration,
     ) -> bool {
-        let result: Result<(), _> = self
-            .client
+        let Ok(client) = self.live() else {
+            return false;
+        };
+        let result: Result<(), _> = client
             .set(
                 self.progressive_key(tenant, api_key, key),
                 content,
@@ -60,7 +62,7 @@ impl Cache {
     ) -> Option<String> {
         let redis_key = self.progressive_key(tenant, api_key, key);
         let read = async {
-            let pipeline = self.client.pipeline();
+            let pipeline = self.live().map_err(|e| e.0)?.pipeline();
             let () = pipeline.get(&redis_key).await?;
             let () = pipeline
                 .expire(&redis_key, ttl.as_secs().max(1) as i64, None)
@@ -80,7 +82,10 @@ impl Cache {
     /// A cached upstream result (the JSON of the text and what it came
     /// with), or `None`.
     pub async fn cached_result(&self, tenant: &str, digest: &str) -> Option<String> {
-        self.client
+        let Ok(client) = self.live() else {
+            return None;
+        };
+        client
             .get::<Option<String>, _>(self.result_cache_key(tenant, digest))
             .await
             .inspect_err(|error| tracing::debug!(%error, "result cache read failed"))
@@ -89,8 +94,10 @@ impl Cache {
     }
 
     pub async fn cache_result(&self, tenant: &str, digest: &str, value: &str, ttl: Duration) {
-        let result: Result<(), _> = self
-            .client
+        let Ok(client) = self.live() else {
+            return;
+        };
+        let result: Result<(), _> = client
             .set(
                 self.result_cache_key(tenant, digest),
                 value,
@@ -107,7 +114,10 @@ impl Cache {
     /// Tells every gateway pod that a tenant's upstreams changed.
     pub async fn announce_upstreams_changed(&self, tenant: &str) {
         let channel = self.key(&[UPSTREAMS_CHANGED_CHANNEL]);
-        if let Err(error) = self.client.publish::<(), _, _>(&channel, tenant).await {
+        let Ok(client) = self.live() else {
+            return;
+        };
+        if let Err(error) = client.publish::<(), _, _>(&channel, tenant).await {
             tracing::warn!(%error, "upstream change not announced; pods reload on their own");
         }
     }

@@ -75,7 +75,7 @@ impl Cache {
         }
         let script = fred::types::scripts::Script::from_lua(ADMIT);
         let (allowed, bucket, remaining): (i64, i64, i64) =
-            script.evalsha_with_reload(&self.client, keys, args).await?;
+            script.evalsha_with_reload(self.live()?, keys, args).await?;
         Ok(Admission {
             allowed: allowed == 1,
             bucket: usize::try_from(bucket - 1).unwrap_or(0),
@@ -86,7 +86,7 @@ impl Cache {
     /// The count of a bucket, without counting (0 when absent).
     pub async fn bucket_count(&self, key: &str) -> Result<u32, CacheError> {
         use fred::prelude::KeysInterface;
-        let count: Option<u32> = self.client.get(key).await?;
+        let count: Option<u32> = self.live()?.get(key).await?;
         Ok(count.unwrap_or(0))
     }
 
@@ -94,10 +94,12 @@ impl Cache {
     /// authentications are counted after the fact).
     pub async fn count(&self, bucket: &Bucket) -> Result<u32, CacheError> {
         use fred::prelude::KeysInterface;
-        let count: u32 = self.client.incr(&bucket.key).await?;
+        let count: u32 = self.live()?.incr(&bucket.key).await?;
         if count == 1 {
             let ttl = i64::try_from(bucket.ttl.as_millis()).unwrap_or(i64::MAX);
-            self.client.pexpire::<(), _>(&bucket.key, ttl, None).await?;
+            self.live()?
+                .pexpire::<(), _>(&bucket.key, ttl, None)
+                .await?;
         }
         Ok(count)
     }

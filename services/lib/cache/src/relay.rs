@@ -52,7 +52,7 @@ impl Cache {
     /// received it (0: no process holds the connection).
     pub async fn relay_to(&self, connection: &str, payload: &str) -> Result<i64, CacheError> {
         Ok(self
-            .client
+            .live()?
             .publish(self.relay_channel(connection), payload)
             .await?)
     }

@@ -133,7 +133,7 @@ impl Cache {
         let script = fred::types::scripts::Script::from_lua(TOUCH);
         let raw: Option<String> = script
             .evalsha_with_reload(
-                &self.client,
+                self.live()?,
                 vec![record, init],
                 vec![
                     millis(lifetime.min),
@@ -161,14 +161,14 @@ impl Cache {
         let ttl = lifetime.at_age(age);
         let (key, _) = self.session_keys(id);
         let value = serde_json::to_string(record).expect("a session record serializes");
-        self.client
+        self.live()?
             .set::<(), _, _>(key, value, Some(Expiration::PX(millis(ttl))), None, false)
             .await?;
         // The tenant's index of sessions, for the admin dashboard. Entries
         // whose record expired are dropped when the index is read.
         let index = self.key(&["tsess", &record.tenant_id]);
         let _: () = self
-            .client
+            .live()?
             .zadd(
                 &index,
                 None,
@@ -182,11 +182,11 @@ impl Cache {
         // index must not grow with every session a per-call host opened.
         let oldest = (now - millis(lifetime.max)) as f64;
         let _: () = self
-            .client
+            .live()?
             .zremrangebyscore(&index, f64::NEG_INFINITY, oldest)
             .await?;
         let _: () = self
-            .client
+            .live()?
             .pexpire(&index, millis(lifetime.max), None)
             .await?;
         Ok(())
@@ -201,7 +201,7 @@ impl Cache {
     ) -> Result<Vec<(String, SessionRecord, Duration)>, CacheError> {
         let index = self.key(&["tsess", tenant_id]);
         let ids: Vec<String> = self
-            .client
+            .live()?
             .zrange(
                 &index,
                 "+inf",
@@ -216,7 +216,7 @@ impl Cache {
         let mut gone = Vec::new();
         // One round trip per chunk: each record and its remaining lifetime.
         for chunk in ids.chunks(SESSION_LIST_CHUNK) {
-            let pipeline = self.client.pipeline();
+            let pipeline = self.live()?.pipeline();
             for id in chunk {
                 let (key, _) = self.session_keys(id);
                 let _: () = pipeline.get(&key).await?;
@@ -240,7 +240,7 @@ impl Cache {
             }
         }
         if !gone.is_empty() {
-            let _: () = self.client.zrem(&index, gone).await?;
+            let _: () = self.live()?.zrem(&index, gone).await?;
         }
         Ok(sessions)
     }
@@ -248,7 +248,7 @@ impl Cache {
     /// The record of a session, without extending it.
     pub async fn session_record(&self, id: &str) -> Result<Option<SessionRecord>, CacheError> {
         let (key, _) = self.session_keys(id);
-        let raw: Option<String> = self.client.get(key).await?;
+        let raw: Option<String> = self.live()?.get(key).await?;
         Ok(raw.and_then(|raw| serde_json::from_str(&raw).ok()))
     }
 
@@ -256,7 +256,7 @@ impl Cache {
     /// as JSON).
     pub async fn session_state(&self, id: &str) -> Result<Option<String>, CacheError> {
         let (_, init) = self.session_keys(id);
-        Ok(self.client.get(init).await?)
+        Ok(self.live()?.get(init).await?)
     }
 
     pub async fn put_session_state(
@@ -266,7 +266,7 @@ impl Cache {
         ttl: Duration,
     ) -> Result<(), CacheError> {
         let (_, init) = self.session_keys(id);
-        self.client
+        self.live()?
             .set::<(), _, _>(init, state, Some(Expiration::PX(millis(ttl))), None, false)
             .await?;
         Ok(())
@@ -274,7 +274,7 @@ impl Cache {
 
     pub async fn delete_session_state(&self, id: &str) -> Result<(), CacheError> {
         let (_, init) = self.session_keys(id);
-        self.client.del::<(), _>(init).await?;
+        self.live()?.del::<(), _>(init).await?;
         Ok(())
     }
 
@@ -284,7 +284,10 @@ impl Cache {
         &self,
         credential_hash: &str,
     ) -> Result<Option<String>, CacheError> {
-        Ok(self.client.get(self.key(&["tok", credential_hash])).await?)
+        Ok(self
+            .live()?
+            .get(self.key(&["tok", credential_hash]))
+            .await?)
     }
 
     pub async fn bind_credential_session(
@@ -293,7 +296,7 @@ impl Cache {
         session_id: &str,
         ttl: Duration,
     ) -> Result<(), CacheError> {
-        self.client
+        self.live()?
             .set::<(), _, _>(
                 self.key(&["tok", credential_hash]),
                 session_id,
@@ -318,7 +321,7 @@ impl Cache {
         grant: &str,
         ttl: Duration,
     ) -> Result<(), CacheError> {
-        self.client
+        self.live()?
             .set::<(), _, _>(
                 self.oauth_code_key(code_hash),
                 grant,
@@ -333,7 +336,7 @@ impl Cache {
     /// Takes a code's grant: the first caller gets it, every later one
     /// `None` (codes work once).
     pub async fn take_oauth_code(&self, code_hash: &str) -> Result<Option<String>, CacheError> {
-        Ok(self.client.getdel(self.oauth_code_key(code_hash)).await?)
+        Ok(self.live()?.getdel(self.oauth_code_key(code_hash)).await?)
     }
 }
 

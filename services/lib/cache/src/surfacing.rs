@@ -69,7 +69,10 @@ impl Cache {
     /// Gives a slot back when no lookup was made after all.
     pub async fn return_surfacing_slot(&self, tenant: &str, per_minute: u32) {
         let bucket = self.surfacing_rate_bucket(tenant, per_minute);
-        let result: Result<i64, _> = self.client.decr(&bucket.key).await;
+        let Ok(client) = self.live() else {
+            return;
+        };
+        let result: Result<i64, _> = client.decr(&bucket.key).await;
         if let Err(error) = result {
             tracing::debug!(%error, "surfacing slot return failed");
         }
@@ -89,8 +92,10 @@ impl Cache {
 
     /// Queries surfaced recently in `scope`, as (surfaced at ms, query).
     pub async fn recent_surfacing_queries(&self, scope: &SurfacingScope<'_>) -> Vec<(u64, String)> {
-        let raw: Vec<String> = self
-            .client
+        let Ok(client) = self.live() else {
+            return Vec::new();
+        };
+        let raw: Vec<String> = client
             .lrange(self.cooldown_key(scope), 0, COOLDOWN_ENTRIES - 1)
             .await
             .unwrap_or_else(|error| {
@@ -131,8 +136,10 @@ impl Cache {
             return HashSet::new();
         }
         let cutoff = now_ms().saturating_sub(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        let scores: Result<Vec<Option<f64>>, _> = self
-            .client
+        let Ok(client) = self.live() else {
+            return HashSet::new();
+        };
+        let scores: Result<Vec<Option<f64>>, _> = client
             .zmscore(self.seen_surfaced_key(scope), ids.to_vec())
             .await;
         match scores {
@@ -151,7 +158,10 @@ impl Cache {
 
     /// Memories rated negative for this key and tool.
     pub async fn invalidated_memories(&self, scope: &SurfacingScope<'_>) -> HashSet<String> {
-        self.client
+        let Ok(client) = self.live() else {
+            return HashSet::new();
+        };
+        client
             .smembers(self.invalidated_key(scope))
             .await
             .unwrap_or_else(|error| {
@@ -171,7 +181,10 @@ impl Cache {
         cooldown: Duration,
     ) {
         let now = now_ms();
-        let pipeline = self.client.pipeline();
+        let Ok(client) = self.live() else {
+            return;
+        };
+        let pipeline = client.pipeline();
         let result: Result<Vec<Value>, _> = async {
             if !delivered.is_empty() && !dedup_ttl.is_zero() {
                 let key = self.seen_surfaced_key(scope);
