@@ -388,7 +388,7 @@ impl SessionLayer {
                 metrics::session("closed");
                 Err(not_found(call))
             }
-            Ok(Some(record)) if !belongs_to(&record, principal) => Err(forbidden(principal, call)),
+            Ok(Some(record)) if !belongs_to(&record, principal) => Err(not_yours(principal, call)),
             Ok(Some(_)) => {
                 metrics::session("live");
                 Ok(())
@@ -466,21 +466,18 @@ pub(crate) fn not_found(call: Option<&McpCall>) -> Response {
     )
 }
 
-/// 403 for a session id presented with another tenant's or key's
-/// credentials.
-fn forbidden(principal: &Principal, call: Option<&McpCall>) -> Response {
+/// A session id presented with another tenant's or key's credentials:
+/// answered exactly like an id mneme never issued, so a caller learns
+/// nothing about sessions that are not its own; counted and logged as an
+/// isolation block.
+fn not_yours(principal: &Principal, call: Option<&McpCall>) -> Response {
     metrics::session("principal_mismatch");
     METRICS
         .isolation_blocked
         .with_label_values(&["session_recover"])
         .inc();
     tracing::warn!(tenant = %principal.tenant_id, "session id presented with another principal's credentials");
-    jsonrpc::error_response(
-        StatusCode::FORBIDDEN,
-        jsonrpc::SERVER_ERROR,
-        "Forbidden: the session belongs to other credentials",
-        call.and_then(|c| c.id.as_ref()),
-    )
+    not_found(call)
 }
 
 /// Middleware on `/mcp`, after authentication.
@@ -525,7 +522,7 @@ async fn continue_session(
             return not_found(call.as_ref());
         }
         Ok(Some(record)) if !belongs_to(&record, &principal) => {
-            return forbidden(&principal, call.as_ref());
+            return not_yours(&principal, call.as_ref());
         }
         Ok(Some(record)) => {
             // A version newer than the negotiated one would ask for

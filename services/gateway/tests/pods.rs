@@ -67,11 +67,12 @@ async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their
         .await;
     assert_eq!(on_a.status, 200);
 
-    // Another tenant's key cannot use the session: 403, not a recovery.
+    // Another tenant's key cannot use the session: 404 as for an id never
+    // issued (no recovery, and nothing learnt about the session).
     let stolen = pod_b
         .post(&globex.api_key, Some(&session), &version, &tools_list(4))
         .await;
-    assert_eq!(stolen.status, 403, "{stolen:?}");
+    assert_eq!(stolen.status, 404, "{stolen:?}");
     assert_eq!(stolen.error_code(), Some(-32000));
 
     // An id mneme never issued: 404 with JSON-RPC -32000.
@@ -122,7 +123,7 @@ async fn sessions_roam_between_pods_survive_a_killed_pod_and_stay_bound_to_their
     let stolen_again = pod_c
         .post(&globex.api_key, Some(&session), &version, &tools_list(9))
         .await;
-    assert_eq!(stolen_again.status, 403);
+    assert_eq!(stolen_again.status, 404);
 
     // Ending the session ends it on every pod, recovery included.
     assert_eq!(pod_c.delete(&acme.api_key, &session).await, 202);
@@ -357,7 +358,7 @@ async fn legacy_sse_streams_take_messages_sent_to_any_pod_and_only_from_their_ke
     let stolen = pod_b
         .post_message(&globex.api_key, &endpoint, &tools_list(3))
         .await;
-    assert_eq!(stolen.status, 403, "{stolen:?}");
+    assert_eq!(stolen.status, 404, "{stolen:?}");
     let invented = pod_b
         .post_message(&acme.api_key, "/message?sessionId=invented", &tools_list(4))
         .await;
