@@ -325,7 +325,9 @@ async fn refresh(app: &App, client: &Client, presented: &str, scope: Option<&Str
         }
     };
     if stored.client_id != client.client_id {
-        return invalid_grant("the refresh token was issued to another client");
+        // Worded like an unknown token: another client learns nothing of
+        // whether the token exists.
+        return invalid_grant("unknown refresh token");
     }
     if stored.revoked_at.is_some() {
         return invalid_grant("the refresh token was revoked");

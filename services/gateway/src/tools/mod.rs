@@ -130,9 +130,40 @@ impl std::fmt::Debug for ToolSpec {
     }
 }
 
+/// The path of the first string (value or key) in `value` holding a NUL
+/// character, which PostgreSQL text cannot store.
+fn nul_path(value: &Value, path: &str) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some(path.to_owned()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| nul_path(v, &format!("{path}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let path = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            if k.contains('\0') {
+                Some(path)
+            } else {
+                nul_path(v, &path)
+            }
+        }),
+        _ => None,
+    }
+}
+
 /// Parses tool arguments; failures are argument errors the caller can fix.
 fn parse_arguments<A: DeserializeOwned>(arguments: JsonObject) -> Result<A, Error> {
-    serde_json::from_value(Value::Object(arguments))
+    let arguments = Value::Object(arguments);
+    if let Some(path) = nul_path(&arguments, "") {
+        return Err(Error::invalid_argument(format!(
+            "`{path}` contains a NUL character (\\u0000), which is not allowed"
+        )));
+    }
+    serde_json::from_value(arguments)
         .map_err(|e| Error::invalid_argument(format!("invalid arguments: {e}")))
 }
 

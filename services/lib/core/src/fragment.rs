@@ -400,12 +400,14 @@ pub fn prepare(
             )));
         }
         keywords.push(keyword);
-    }
-    if keywords.len() > limits.max_keywords {
-        return Err(Error::invalid_argument(format!(
-            "at most {} keywords are allowed",
-            limits.max_keywords
-        )));
+        // Checked as they come: deduplicating a huge list first would be
+        // quadratic (100,000 keywords kept a backend busy past its deadline).
+        if keywords.len() > limits.max_keywords {
+            return Err(Error::invalid_argument(format!(
+                "at most {} keywords are allowed",
+                limits.max_keywords
+            )));
+        }
     }
     if keywords.is_empty() {
         keywords = tokenizer.extract_keywords(&content, limits.extracted_keywords);
