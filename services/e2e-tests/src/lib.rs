@@ -2,9 +2,13 @@
 //! ports, PostgreSQL with pgvector, Redis, and real MCP clients.
 //!
 //! Layout: [`Stack`] starts and stops a stack on a fresh database;
-//! [`Mcp`] wraps an rmcp client with helpers for tool calls. The tests live
-//! in `tests/`.
+//! [`Mcp`] wraps an rmcp client with helpers for tool calls;
+//! [`processes`] runs the services as separate processes with private
+//! PostgreSQL and Redis servers, for fault injection. The tests live in
+//! `tests/`.
 #![forbid(unsafe_code)]
+
+pub mod processes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mneme_e2e_tests::processes::{TempDir, free_port, service_binary};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, create_tenant};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -119,44 +120,11 @@ impl Collector {
     }
 }
 
-/// A binary of the workspace, built next to this test's own executable
-/// (`cargo nextest run --workspace` and `cargo test --workspace` build
-/// every service binary).
-fn service_binary(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let dir = deps.parent().and_then(|d| d.parent()).unwrap();
-    let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: build the workspace's binaries first (cargo build --workspace)",
-        path.display()
-    );
-    path
-}
-
-/// A port free now (the child binds it a moment later).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Services {
     children: Vec<Child>,
     http: String,
     gateway_log: PathBuf,
     _dir: TempDir,
-}
-
-/// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 impl Drop for Services {
@@ -168,8 +136,7 @@ impl Drop for Services {
 }
 
 async fn start_services(db: &TestDatabase, redis: &TestRedis, otlp: SocketAddr) -> Services {
-    let dir = std::env::temp_dir().join(format!("mneme-tracing-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("tracing");
     let (recall_port, remember_port, http_port) = (free_port(), free_port(), free_port());
     let http = format!("http://127.0.0.1:{http_port}");
     let common = [
@@ -207,7 +174,7 @@ async fn start_services(db: &TestDatabase, redis: &TestRedis, otlp: SocketAddr) 
     let mut children = Vec::new();
     let mut gateway_log = PathBuf::new();
     for name in ["mneme-recall", "mneme-remember", "mneme-gateway"] {
-        let log = dir.join(format!("{name}.log"));
+        let log = dir.0.join(format!("{name}.log"));
         if name == "mneme-gateway" {
             gateway_log.clone_from(&log);
         }
@@ -240,7 +207,7 @@ async fn start_services(db: &TestDatabase, redis: &TestRedis, otlp: SocketAddr) 
         children,
         http,
         gateway_log,
-        _dir: TempDir(dir),
+        _dir: dir,
     }
 }
 

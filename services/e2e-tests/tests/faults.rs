@@ -1,0 +1,841 @@
+//! Fault injection: mneme's services as separate processes on a private
+//! PostgreSQL and Redis (`mneme_e2e_tests::processes`), driven by MCP
+//! clients over HTTP while the test crashes what they depend on:
+//!
+//! - Redis killed for `MNEME_FAULT_OUTAGE_SECS` (30 by default) under mixed
+//!   load: memory tools keep answering; recovery is automatic.
+//! - PostgreSQL crashed (`pg_ctl stop -m immediate`) and started again:
+//!   calls fail fast with a retryable error, no process dies, full service
+//!   within 5 s of the database being back.
+//! - A recall and a remember instance killed with SIGKILL under load: the
+//!   gateway fails reads and keyed writes over to the other instance; no
+//!   write is lost or doubled.
+//! - No lost writes: `MNEME_FAULT_WRITES` (10 000 by default) remembers
+//!   with idempotency keys while backends are killed and restarted at
+//!   random; every acknowledged one exists exactly once, and every one gets
+//!   its embedding.
+//!
+//! Gateway pods killed under their clients and slow or dead upstream MCP
+//! servers are covered in `services/gateway/tests/pods.rs` and
+//! `tests/proxy.rs`. Each test prints one `RELIABILITY {json}` line with
+//! its measured figures; `docs/RELIABILITY.md` reports them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mneme_e2e_tests::processes::{
+    HttpMcp, Outcome, PrivatePostgres, PrivateRedis, ServiceProcess, TempDir, free_port, wait_until,
+};
+use mneme_store::{Store, StoreOptions};
+
+use fred::prelude::*;
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use rand::Rng;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// A setting of these tests: `MNEME_FAULT_*` from the environment, or the
+/// default.
+fn setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+const INTERNAL_TOKEN: &str = "fault-test-internal-token-0123456789";
+
+/// How many processes of each kind a cluster runs.
+struct Shape {
+    recall: usize,
+    remember: usize,
+    consolidator: bool,
+    settings: &'static [(&'static str, &'static str)],
+}
+
+/// mneme as processes on a PostgreSQL and a Redis of its own.
+struct Cluster {
+    pg: PrivatePostgres,
+    redis: PrivateRedis,
+    recall: Vec<ServiceProcess>,
+    remember: Vec<ServiceProcess>,
+    gateway: ServiceProcess,
+    consolidator: Option<ServiceProcess>,
+    http: String,
+    api_key: String,
+    tenant_id: uuid::Uuid,
+    _logs: TempDir,
+}
+
+impl Cluster {
+    async fn start(shape: Shape) -> Self {
+        let pg = PrivatePostgres::start().await;
+        let redis = PrivateRedis::start().await;
+        let logs = TempDir::new("faults");
+        let store = Store::connect(&pg.app_url, &StoreOptions::default()).unwrap();
+        let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+
+        let mut common: Vec<(String, String)> = vec![
+            ("MNEME_DATABASE_URL".into(), pg.app_url.clone()),
+            ("MNEME_REDIS_URL".into(), redis.url()),
+            ("MNEME_EMBEDDER".into(), "hash".into()),
+            ("MNEME_INTERNAL_TOKEN".into(), INTERNAL_TOKEN.into()),
+            ("MNEME_LOG".into(), "info".into()),
+            ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
+            ("MNEME_EMBED_RETRY_BACKOFF_SECS".into(), "1".into()),
+            // Load tests, not rate-limit tests: one key writes thousands.
+            ("MNEME_RATE_LIMIT_TENANT".into(), "1000000".into()),
+            ("MNEME_RATE_LIMIT_KEY".into(), "1000000".into()),
+            ("MNEME_RATE_LIMIT_KEY_WRITES".into(), "1000000".into()),
+        ];
+        common.extend(
+            shape
+                .settings
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let with = |extra: &[(&str, String)]| {
+            let mut env = common.clone();
+            env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            env
+        };
+        let instances = |kind: &str, count: usize, addr_setting: &str| {
+            let mut urls = Vec::new();
+            let processes = (0..count)
+                .map(|i| {
+                    let addr = format!("127.0.0.1:{}", free_port());
+                    urls.push(format!("http://{addr}"));
+                    ServiceProcess::start(
+                        &format!("{kind}-{i}"),
+                        &format!("mneme-{kind}"),
+                        with(&[(addr_setting, addr)]),
+                        &logs.0,
+                    )
+                })
+                .collect::<Vec<_>>();
+            (processes, urls.join(","))
+        };
+        let (recall, recall_urls) = instances("recall", shape.recall, "MNEME_RECALL_GRPC_ADDR");
+        let (remember, remember_urls) =
+            instances("remember", shape.remember, "MNEME_REMEMBER_GRPC_ADDR");
+        let http_port = free_port();
+        let http = format!("http://127.0.0.1:{http_port}");
+        let gateway = ServiceProcess::start(
+            "gateway",
+            "mneme-gateway",
+            with(&[
+                ("MNEME_HTTP_ADDR", format!("127.0.0.1:{http_port}")),
+                ("MNEME_PUBLIC_URL", http.clone()),
+                ("MNEME_RECALL_URL", recall_urls),
+                ("MNEME_REMEMBER_URL", remember_urls),
+            ]),
+            &logs.0,
+        );
+        let consolidator = shape.consolidator.then(|| {
+            ServiceProcess::start(
+                "consolidator",
+                "mneme-consolidator",
+                // Only the embedding worker: maintenance stages would merge
+                // the look-alike fragments these tests count.
+                with(&[("MNEME_CONSOLIDATION", "false".to_owned())]),
+                &logs.0,
+            )
+        });
+        let mut cluster = Self {
+            pg,
+            redis,
+            recall,
+            remember,
+            gateway,
+            consolidator,
+            http,
+            api_key: tenant.api_key.clone(),
+            tenant_id: tenant.tenant_id,
+            _logs: logs,
+        };
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    /// Waits until the gateway reports ready (database, Redis, backends).
+    async fn wait_ready(&mut self) {
+        let client = reqwest::Client::new();
+        let ready = format!("{}/ready", self.http);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(response) = client.get(&ready).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never became ready; gateway log:\n{}",
+                self.gateway.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn client(&self) -> HttpMcp {
+        let mut mcp = HttpMcp::new(&self.http, &self.api_key);
+        let outcome = mcp.initialize().await;
+        assert!(outcome.is_ok(), "initialize: {outcome:?}");
+        mcp
+    }
+
+    /// Every process still running that was not killed on purpose.
+    fn assert_none_crashed(&mut self) {
+        let processes = self
+            .recall
+            .iter_mut()
+            .chain(&mut self.remember)
+            .chain(std::iter::once(&mut self.gateway))
+            .chain(&mut self.consolidator);
+        for process in processes {
+            if let Some(status) = process.exited() {
+                panic!(
+                    "{} exited by itself ({status}); its log:\n{}",
+                    process.name,
+                    process.log()
+                );
+            }
+        }
+    }
+
+    /// Logs of every process, crashes and errors included, hold neither
+    /// the API key nor the internal token.
+    fn assert_no_secret_in_logs(&self) {
+        let processes = self
+            .recall
+            .iter()
+            .chain(&self.remember)
+            .chain(std::iter::once(&self.gateway))
+            .chain(&self.consolidator);
+        for process in processes {
+            let log = process.log();
+            for secret in [self.api_key.as_str(), INTERNAL_TOKEN] {
+                assert!(
+                    !log.contains(secret),
+                    "{}'s log holds a secret",
+                    process.name
+                );
+            }
+        }
+    }
+
+    /// A database session of the owner role inside the tenant (row-level
+    /// security is forced even on the owner).
+    async fn tenant_client(&self) -> tokio_postgres::Client {
+        let client = self.pg.connect("user=mneme_owner dbname=mneme").await;
+        client
+            .execute(
+                "SELECT set_config('mneme.tenant_id', $1, false)",
+                &[&self.tenant_id.to_string()],
+            )
+            .await
+            .unwrap();
+        client
+    }
+
+    /// Fragments of the tenant by idempotency key, counted in the database.
+    async fn count_by_idempotency_key(&self) -> BTreeMap<String, i64> {
+        self.tenant_client()
+            .await
+            .query(
+                "SELECT idempotency_key, count(*) FROM mneme.fragments
+                  WHERE tenant_id = $1 AND idempotency_key IS NOT NULL
+                  GROUP BY idempotency_key",
+                &[&self.tenant_id],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    }
+
+    /// Fragments of the tenant still waiting for their embedding.
+    async fn unembedded(&self) -> i64 {
+        self.tenant_client()
+            .await
+            .query_one(
+                "SELECT count(*) FROM mneme.fragments
+                  WHERE tenant_id = $1 AND embedding IS NULL",
+                &[&self.tenant_id],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+}
+
+/// Outcomes by phase and kind, and the slowest failure of each phase.
+#[derive(Debug, Default)]
+struct Tally {
+    counts: BTreeMap<(String, String), u64>,
+    slowest_failure: BTreeMap<String, Duration>,
+    examples: BTreeMap<String, String>,
+    /// Latencies of successful calls, by phase.
+    ok_latencies: BTreeMap<String, Vec<Duration>>,
+}
+
+impl Tally {
+    fn record(&mut self, phase: &str, tool: &str, outcome: &Outcome, took: Duration) {
+        let kind = outcome.kind();
+        *self
+            .counts
+            .entry((phase.to_owned(), format!("{tool} {kind}")))
+            .or_default() += 1;
+        if outcome.is_ok() {
+            self.ok_latencies
+                .entry(phase.to_owned())
+                .or_default()
+                .push(took);
+        } else {
+            let slowest = self.slowest_failure.entry(phase.to_owned()).or_default();
+            *slowest = (*slowest).max(took);
+            self.examples
+                .entry(kind)
+                .or_insert_with(|| format!("{outcome:?}").chars().take(400).collect());
+        }
+    }
+
+    fn count(&self, phase: &str, predicate: impl Fn(&str) -> bool) -> u64 {
+        self.counts
+            .iter()
+            .filter(|((p, kind), _)| p == phase && predicate(kind))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn ok(&self, phase: &str) -> u64 {
+        self.count(phase, |kind| kind.ends_with(" ok"))
+    }
+
+    fn failed(&self, phase: &str) -> u64 {
+        self.count(phase, |kind| !kind.ends_with(" ok"))
+    }
+
+    /// The `q` quantile of successful calls' latencies in `phase`.
+    fn ok_quantile(&self, phase: &str, q: f64) -> Duration {
+        let mut latencies = self.ok_latencies.get(phase).cloned().unwrap_or_default();
+        latencies.sort();
+        let rank = ((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        latencies.get(rank).copied().unwrap_or_default()
+    }
+
+    fn report(&self) -> Value {
+        let mut phases: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+        for ((phase, kind), n) in &self.counts {
+            phases.entry(phase).or_default().insert(kind, *n);
+        }
+        json!({
+            "outcomes": phases,
+            "slowest_failure_ms": self.slowest_failure.iter()
+                .map(|(phase, d)| (phase.clone(), d.as_millis()))
+                .collect::<BTreeMap<_, _>>(),
+            "failure_examples": self.examples,
+            "ok_p50_ms": self.ok_latencies.keys()
+                .map(|phase| (phase.clone(), self.ok_quantile(phase, 0.5).as_millis()))
+                .collect::<BTreeMap<_, _>>(),
+            "ok_p95_ms": self.ok_latencies.keys()
+                .map(|phase| (phase.clone(), self.ok_quantile(phase, 0.95).as_millis()))
+                .collect::<BTreeMap<_, _>>(),
+        })
+    }
+}
+
+/// The load phase clients record their outcomes under.
+#[derive(Clone)]
+struct Phase(Arc<Mutex<&'static str>>);
+
+impl Phase {
+    fn new() -> Self {
+        Self(Arc::new(Mutex::new("before")))
+    }
+    fn set(&self, phase: &'static str) {
+        *self.0.lock().unwrap() = phase;
+    }
+    fn get(&self) -> &'static str {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// A client alternating `remember` (with an idempotency key) and `recall`
+/// until `stop`, re-initializing when its session is refused, as MCP
+/// clients do.
+async fn mixed_client(
+    mut mcp: HttpMcp,
+    id: usize,
+    phase: Phase,
+    tally: Arc<Mutex<Tally>>,
+    stop: CancellationToken,
+) {
+    let mut n = 0u64;
+    while !stop.is_cancelled() {
+        n += 1;
+        let current = phase.get();
+        let started = Instant::now();
+        let remembered = mcp
+            .call(
+                "remember",
+                json!({
+                    "content": format!("Client {id} observation {n}: the deploy pipeline ran step {n}."),
+                    "topic": format!("load-{id}"),
+                    "type": "fact",
+                    "idempotencyKey": format!("mixed-{id}-{n}"),
+                }),
+            )
+            .await;
+        tally
+            .lock()
+            .unwrap()
+            .record(current, "remember", &remembered, started.elapsed());
+        let started = Instant::now();
+        let recalled = mcp
+            .call(
+                "recall",
+                json!({"query": format!("deploy pipeline step {n}"), "topic": format!("load-{id}")}),
+            )
+            .await;
+        tally
+            .lock()
+            .unwrap()
+            .record(current, "recall", &recalled, started.elapsed());
+        // A refused session (404) is re-initialized, as MCP clients do.
+        if [&remembered, &recalled]
+            .iter()
+            .any(|o| matches!(o, Outcome::Http(404, _)))
+        {
+            let outcome = mcp.initialize().await;
+            tally
+                .lock()
+                .unwrap()
+                .record(current, "initialize", &outcome, Duration::ZERO);
+        }
+        if !remembered.is_ok() || !recalled.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Starts `clients` mixed clients; returns their tally and a stop handle.
+async fn start_load(
+    cluster: &Cluster,
+    clients: usize,
+    phase: &Phase,
+) -> (
+    Arc<Mutex<Tally>>,
+    CancellationToken,
+    tokio::task::JoinSet<()>,
+) {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let stop = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in 0..clients {
+        tasks.spawn(mixed_client(
+            cluster.client().await,
+            id,
+            phase.clone(),
+            Arc::clone(&tally),
+            stop.clone(),
+        ));
+    }
+    (tally, stop, tasks)
+}
+
+/// Remembers and recalls once with a fresh session: `true` when both work.
+async fn full_service(cluster: &Cluster, probe: &str) -> bool {
+    let mut mcp = HttpMcp::new(&cluster.http, &cluster.api_key);
+    if !mcp.initialize().await.is_ok() {
+        return false;
+    }
+    let remembered = mcp
+        .call(
+            "remember",
+            json!({"content": format!("Probe {probe} after the outage."), "topic": "probe", "type": "fact"}),
+        )
+        .await;
+    remembered.is_ok()
+        && mcp
+            .call("recall", json!({"query": "probe after the outage"}))
+            .await
+            .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves() {
+    let outage = Duration::from_secs(setting("MNEME_FAULT_OUTAGE_SECS", 30));
+    let mut cluster = Cluster::start(Shape {
+        recall: 1,
+        remember: 1,
+        consolidator: false,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let (tally, stop, mut load) = start_load(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    phase.set("outage");
+    cluster.redis.kill().await;
+    tokio::time::sleep(outage).await;
+    // New sessions during the outage work too (their records cannot be
+    // written, so they live on this pod alone until Redis is back).
+    let during = cluster.client().await;
+    let outcome = during
+        .call("recall", json!({"query": "deploy pipeline"}))
+        .await;
+    assert!(
+        outcome.is_ok(),
+        "a new session during the outage: {outcome:?}"
+    );
+
+    phase.set("after");
+    cluster.redis.restart().await;
+    let restarted = Instant::now();
+    // Recovery is automatic: the next new session is stored in Redis again.
+    let redis = fred::clients::Client::new(
+        fred::types::config::Config::from_url(&cluster.redis.url()).unwrap(),
+        None,
+        None,
+        None,
+    );
+    redis.init().await.unwrap();
+    let mut recovered_after = None;
+    while restarted.elapsed() < Duration::from_secs(30) {
+        let mut mcp = HttpMcp::new(&cluster.http, &cluster.api_key);
+        if mcp.initialize().await.is_ok() {
+            let session = mcp.session.clone().unwrap();
+            let stored: i64 = redis
+                .exists(format!("mneme:sess:{{{session}}}"))
+                .await
+                .unwrap_or(0);
+            if stored == 1 && full_service(&cluster, "redis").await {
+                recovered_after = Some(restarted.elapsed());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+    cluster.assert_none_crashed();
+    cluster.assert_no_secret_in_logs();
+
+    let tally = Arc::into_inner(tally)
+        .expect("every client ended")
+        .into_inner()
+        .unwrap();
+    let report = json!({
+        "scenario": "redis_down",
+        "outage_secs": outage.as_secs(),
+        "recovered_ms": recovered_after.map(|d| d.as_millis()),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    let recovered_after =
+        recovered_after.unwrap_or_else(|| panic!("sessions never reached Redis again: {report:#}"));
+    assert!(tally.ok("outage") > 20, "too little load ran: {report:#}");
+    // Memory tools answer through the outage: no failed call at all, and
+    // none waits for Redis (a command to a disconnected client would wait
+    // 500 ms before giving up).
+    assert_eq!(tally.failed("outage"), 0, "{report:#}");
+    let slow = tally.ok_quantile("outage", 0.95);
+    assert!(
+        slow < Duration::from_millis(400),
+        "p95 {slow:?} during the outage: {report:#}"
+    );
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+    assert!(recovered_after < Duration::from_secs(10), "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
+    let outage = Duration::from_secs(setting("MNEME_FAULT_PG_OUTAGE_SECS", 10));
+    let mut cluster = Cluster::start(Shape {
+        recall: 1,
+        remember: 1,
+        consolidator: true,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let (tally, stop, mut load) = start_load(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    phase.set("outage");
+    cluster.pg.crash();
+    tokio::time::sleep(outage).await;
+    phase.set("recovery");
+    cluster.pg.restart();
+    let back = Instant::now();
+    let mut recovered_after = None;
+    while back.elapsed() < Duration::from_secs(30) {
+        if full_service(&cluster, "postgres").await {
+            recovered_after = Some(back.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    phase.set("after");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+    cluster.assert_none_crashed();
+    cluster.assert_no_secret_in_logs();
+
+    let tally = Arc::into_inner(tally)
+        .expect("every client ended")
+        .into_inner()
+        .unwrap();
+    let report = json!({
+        "scenario": "postgres_crash",
+        "outage_secs": outage.as_secs(),
+        "recovered_ms": recovered_after.map(|d| d.as_millis()),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    let recovered_after =
+        recovered_after.unwrap_or_else(|| panic!("service never came back: {report:#}"));
+    assert!(
+        recovered_after <= Duration::from_secs(5),
+        "full service took {recovered_after:?} after PostgreSQL was back: {report:#}"
+    );
+    // During the outage calls fail, fast, and say so with a retryable code:
+    // a tool error `unavailable`, or HTTP 503 when the credential itself
+    // cannot be checked (the gateway's key cache expired).
+    assert!(tally.failed("outage") > 0, "{report:#}");
+    let unexpected = tally.count("outage", |kind| {
+        !(kind.ends_with(" ok") || kind.ends_with("tool:unavailable") || kind.ends_with("http:503"))
+    });
+    assert_eq!(
+        unexpected, 0,
+        "failures that are not `unavailable`: {report:#}"
+    );
+    let slowest = tally
+        .slowest_failure
+        .get("outage")
+        .copied()
+        .unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(5),
+        "a failure took {slowest:?}: {report:#}"
+    );
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
+    let mut cluster = Cluster::start(Shape {
+        recall: 2,
+        remember: 2,
+        consolidator: false,
+        settings: &[("MNEME_BACKEND_EJECT_SECS", "2")],
+    })
+    .await;
+    let phase = Phase::new();
+    let (tally, stop, mut load) = start_load(&cluster, 6, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // One instance of each backend dies under load, then comes back; then
+    // the other one dies.
+    phase.set("killed");
+    cluster.recall[0].kill().await;
+    cluster.remember[0].kill().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.recall[0].restart();
+    cluster.remember[0].restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.recall[1].kill().await;
+    cluster.remember[1].kill().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    phase.set("after");
+    cluster.recall[1].restart();
+    cluster.remember[1].restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+    cluster.assert_none_crashed();
+    cluster.assert_no_secret_in_logs();
+
+    let tally = Arc::into_inner(tally)
+        .expect("every client ended")
+        .into_inner()
+        .unwrap();
+    let report = json!({"scenario": "backend_killed", "tally": tally.report()});
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("killed") > 50, "too little load ran: {report:#}");
+    assert_eq!(tally.failed("killed"), 0, "{report:#}");
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+    let acknowledged: u64 = ["before", "killed", "after"]
+        .iter()
+        .map(|phase| tally.count(phase, |kind| kind == "remember ok"))
+        .sum();
+    // Every keyed remember landed exactly once.
+    let counts = cluster.count_by_idempotency_key().await;
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(doubled.is_empty(), "written more than once: {doubled:?}");
+    assert_eq!(counts.len() as u64, acknowledged, "{report:#}");
+}
+
+/// One acknowledged-or-not write of the no-lost-writes run.
+async fn remember_until_acknowledged(mcp: &HttpMcp, key: &str, content: &str) -> (bool, u32) {
+    let mut attempts = 0;
+    while attempts < 60 {
+        attempts += 1;
+        let outcome = mcp
+            .call(
+                "remember",
+                json!({"content": content, "topic": "ledger", "type": "fact", "idempotencyKey": key}),
+            )
+            .await;
+        if outcome.is_ok() {
+            return (true, attempts);
+        }
+        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempts.min(10)))).await;
+    }
+    (false, attempts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_acknowledged_write_is_lost_while_backends_die_at_random() {
+    let writes = setting("MNEME_FAULT_WRITES", 10_000);
+    let clients = 8u64;
+    let mut cluster = Cluster::start(Shape {
+        recall: 1,
+        remember: 2,
+        consolidator: true,
+        settings: &[("MNEME_BACKEND_EJECT_SECS", "1")],
+    })
+    .await;
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let retried = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let mcp = cluster.client().await;
+        let (next, acknowledged, retried) = (
+            Arc::clone(&next),
+            Arc::clone(&acknowledged),
+            Arc::clone(&retried),
+        );
+        writers.spawn(async move {
+            let mut unacknowledged = Vec::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= writes {
+                    return unacknowledged;
+                }
+                let key = format!("ledger-{n}");
+                let content = format!("Ledger entry {n}: invoice {} settled.", n * 7919 % 100_003);
+                let (ok, attempts) = remember_until_acknowledged(&mcp, &key, &content).await;
+                retried.fetch_add(
+                    u64::from(attempts - 1),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                if ok {
+                    acknowledged.lock().unwrap().push(key);
+                } else {
+                    unacknowledged.push(key);
+                }
+            }
+        });
+    }
+
+    // Chaos: every 1–3 s one backend process (a remember instance, recall
+    // or the consolidator) is killed with SIGKILL and started again
+    // 0.3–2 s later; every fifth time both remember instances die at once,
+    // so clients see failed writes and send them again with the same key.
+    let mut kills = BTreeMap::<String, u32>::new();
+    let mut round = 0;
+    while !writers.is_empty() && next.load(std::sync::atomic::Ordering::Relaxed) < writes {
+        round += 1;
+        let (pause, down, victim) = {
+            let mut rng = rand::rng();
+            (
+                Duration::from_millis(rng.random_range(1000..3000)),
+                Duration::from_millis(rng.random_range(300..2000)),
+                rng.random_range(0..4),
+            )
+        };
+        tokio::time::sleep(pause).await;
+        let mut victims: Vec<&mut ServiceProcess> = if round % 5 == 0 {
+            cluster.remember.iter_mut().collect()
+        } else {
+            vec![match victim {
+                0 | 1 => &mut cluster.remember[victim],
+                2 => &mut cluster.recall[0],
+                _ => cluster.consolidator.as_mut().unwrap(),
+            }]
+        };
+        for process in &mut victims {
+            process.kill().await;
+            *kills.entry(process.name.clone()).or_default() += 1;
+        }
+        tokio::time::sleep(down).await;
+        for process in &mut victims {
+            process.restart();
+        }
+        eprintln!(
+            "{} of {writes} writes sent, {} acknowledged, {} kills",
+            next.load(std::sync::atomic::Ordering::Relaxed).min(writes),
+            acknowledged.lock().unwrap().len(),
+            kills.values().sum::<u32>()
+        );
+    }
+    let mut unacknowledged = Vec::new();
+    while let Some(result) = writers.join_next().await {
+        unacknowledged.extend(result.unwrap());
+    }
+    let write_secs = started.elapsed().as_secs_f64();
+    cluster.assert_none_crashed();
+    cluster.assert_no_secret_in_logs();
+
+    // Every acknowledged write exists exactly once; nothing else does.
+    let counts = cluster.count_by_idempotency_key().await;
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|key| !counts.contains_key(*key))
+        .collect();
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    // Every fragment gets its embedding once the chaos is over.
+    let embedded_by = Instant::now();
+    wait_until(
+        "every fragment has its embedding",
+        Duration::from_secs(120),
+        || async { cluster.unembedded().await == 0 },
+    )
+    .await;
+    let report = json!({
+        "scenario": "no_lost_writes",
+        "writes": writes,
+        "acknowledged": acknowledged.len(),
+        "unacknowledged": unacknowledged.len(),
+        "retries": retried.load(std::sync::atomic::Ordering::Relaxed),
+        "kills": kills,
+        "write_secs": write_secs,
+        "writes_per_sec": acknowledged.len() as f64 / write_secs,
+        "lost": lost.len(),
+        "doubled": doubled.len(),
+        "stored": counts.len(),
+        "embeddings_done_after_ms": embedded_by.elapsed().as_millis(),
+    });
+    println!("RELIABILITY {report}");
+    assert!(lost.is_empty(), "acknowledged but missing: {lost:?}");
+    assert!(doubled.is_empty(), "stored more than once: {doubled:?}");
+    assert!(
+        unacknowledged.is_empty(),
+        "writes never acknowledged after 60 attempts: {unacknowledged:?}"
+    );
+    assert_eq!(counts.len() as u64, writes, "{report:#}");
+    assert!(
+        kills.values().sum::<u32>() >= 3,
+        "too few faults: {report:#}"
+    );
+}
