@@ -647,6 +647,63 @@ async fn a_killed_upstream_opens_the_breaker_within_the_timeout_and_mneme_keeps_
 }
 
 #[tokio::test]
+async fn a_hung_upstream_opens_its_breaker_while_other_upstreams_and_mneme_answer() {
+    let world = World::start().await;
+    let url = start_own_upstream().await;
+    // Two registrations of one server: `hung` is only ever asked its slow
+    // tool (it answers after 2 s, past the call timeout), `fine` its fast
+    // one. Each registration has its own breaker and connection.
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "hung", "url": url, "callTimeoutMs": 300, "overallTimeoutMs": 600,
+                   "maxRetries": 0, "breakerFailures": 2, "breakerResetMs": 60000}),
+        )
+        .await;
+    world
+        .register(
+            &world.acme.api_key,
+            json!({"name": "fine", "url": url, "callTimeoutMs": 2000}),
+        )
+        .await;
+    let mcp = world.stack.mcp(&world.acme.api_key).await;
+
+    let hung = async {
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let result = call(&mcp, "hung__slow_read", json!({})).await;
+            assert_eq!(result.is_error, Some(true), "{result:?}");
+            answers.push((started.elapsed(), texts(&result)));
+        }
+        answers
+    };
+    // While the hung upstream holds calls, the other answers at its pace.
+    let fine = async {
+        let mut slowest = Duration::ZERO;
+        for _ in 0..10 {
+            let started = Instant::now();
+            let result = call(&mcp, "fine__count", json!({})).await;
+            assert_eq!(result.is_error, Some(false), "{result:?}");
+            slowest = slowest.max(started.elapsed());
+        }
+        slowest
+    };
+    let (hung, slowest_fine) = tokio::join!(hung, fine);
+    assert!(hung[0].1.contains("did not answer"), "{hung:?}");
+    assert!(hung[0].0 < Duration::from_millis(1500), "{hung:?}");
+    // Open after two failures: the third call is refused at once.
+    assert!(hung[2].1.contains("stopped calling it"), "{hung:?}");
+    assert!(hung[2].0 < Duration::from_millis(200), "{hung:?}");
+    assert!(
+        slowest_fine < Duration::from_secs(1),
+        "the healthy upstream waited on the hung one: {slowest_fine:?}"
+    );
+    let recalled = mcp.ok("recall", json!({"text": "anything"})).await;
+    assert!(recalled["fragments"].is_array());
+}
+
+#[tokio::test]
 async fn a_legacy_sse_upstream_is_reached_through_the_hand_written_transport() {
     let world = World::start().await;
     let everything = Everything::start_with("sse", "sse").await;

@@ -430,7 +430,13 @@ impl Pool {
             }
         }
         .await;
-        self.report(&entry, admitted, &result);
+        // A listing that answers shows the server is up, not that its tools
+        // are: it must not wipe out a run of timed-out calls (an upstream
+        // whose tools hang would never trip its breaker). It still closes a
+        // half-open breaker as its probe.
+        if result.is_err() || admitted == Admit::Probe {
+            self.report(&entry, admitted, &result);
+        }
         let tools = result?;
         *entry.tools.lock().expect("tools lock") = Some((Instant::now(), tools.clone()));
         Ok(tools)
