@@ -10,15 +10,16 @@
 //! - A recall and a remember instance killed with SIGKILL under load: the
 //!   gateway fails reads and keyed writes over to the other instance; no
 //!   write is lost or doubled.
+//! - A gateway pod killed under its clients: they go on on the other pod
+//!   with their session ids, losing only the calls in flight.
 //! - No lost writes: `MNEME_FAULT_WRITES` (10 000 by default) remembers
 //!   with idempotency keys while backends are killed and restarted at
 //!   random; every acknowledged one exists exactly once, and every one gets
 //!   its embedding.
 //!
-//! Gateway pods killed under their clients and slow or dead upstream MCP
-//! servers are covered in `services/gateway/tests/pods.rs` and
-//! `tests/proxy.rs`. Each test prints one `RELIABILITY {json}` line with
-//! its measured figures; `docs/RELIABILITY.md` reports them.
+//! Slow or dead upstream MCP servers are covered in `tests/proxy.rs`. Each
+//! test prints one `RELIABILITY {json}` line with its measured figures;
+//! `docs/RELIABILITY.md` reports them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,7 @@ const INTERNAL_TOKEN: &str = "fault-test-internal-token-0123456789";
 
 /// How many processes of each kind a cluster runs.
 struct Shape {
+    gateways: usize,
     recall: usize,
     remember: usize,
     consolidator: bool,
@@ -60,9 +62,10 @@ struct Cluster {
     redis: PrivateRedis,
     recall: Vec<ServiceProcess>,
     remember: Vec<ServiceProcess>,
-    gateway: ServiceProcess,
+    gateways: Vec<ServiceProcess>,
     consolidator: Option<ServiceProcess>,
-    http: String,
+    /// Base URL of each gateway, in the order of `gateways`.
+    http: Vec<String>,
     api_key: String,
     tenant_id: uuid::Uuid,
     _logs: TempDir,
@@ -119,19 +122,24 @@ impl Cluster {
         let (recall, recall_urls) = instances("recall", shape.recall, "MNEME_RECALL_GRPC_ADDR");
         let (remember, remember_urls) =
             instances("remember", shape.remember, "MNEME_REMEMBER_GRPC_ADDR");
-        let http_port = free_port();
-        let http = format!("http://127.0.0.1:{http_port}");
-        let gateway = ServiceProcess::start(
-            "gateway",
-            "mneme-gateway",
-            with(&[
-                ("MNEME_HTTP_ADDR", format!("127.0.0.1:{http_port}")),
-                ("MNEME_PUBLIC_URL", http.clone()),
-                ("MNEME_RECALL_URL", recall_urls),
-                ("MNEME_REMEMBER_URL", remember_urls),
-            ]),
-            &logs.0,
-        );
+        let mut http = Vec::new();
+        let gateways = (0..shape.gateways)
+            .map(|i| {
+                let port = free_port();
+                http.push(format!("http://127.0.0.1:{port}"));
+                ServiceProcess::start(
+                    &format!("gateway-{i}"),
+                    "mneme-gateway",
+                    with(&[
+                        ("MNEME_HTTP_ADDR", format!("127.0.0.1:{port}")),
+                        ("MNEME_PUBLIC_URL", format!("http://127.0.0.1:{port}")),
+                        ("MNEME_RECALL_URL", recall_urls.clone()),
+                        ("MNEME_REMEMBER_URL", remember_urls.clone()),
+                    ]),
+                    &logs.0,
+                )
+            })
+            .collect();
         let consolidator = shape.consolidator.then(|| {
             ServiceProcess::start(
                 "consolidator",
@@ -147,7 +155,7 @@ impl Cluster {
             redis,
             recall,
             remember,
-            gateway,
+            gateways,
             consolidator,
             http,
             api_key: tenant.api_key.clone(),
@@ -158,28 +166,32 @@ impl Cluster {
         cluster
     }
 
-    /// Waits until the gateway reports ready (database, Redis, backends).
+    /// Waits until every gateway reports ready (database, Redis, backends).
     async fn wait_ready(&mut self) {
         let client = reqwest::Client::new();
-        let ready = format!("{}/ready", self.http);
         let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(response) = client.get(&ready).send().await
-                && response.status().is_success()
-            {
-                return;
+        for (http, gateway) in self.http.iter().zip(&self.gateways) {
+            let ready = format!("{http}/ready");
+            loop {
+                if let Ok(response) = client.get(&ready).send().await
+                    && response.status().is_success()
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the cluster never became ready; {}'s log:\n{}",
+                    gateway.name,
+                    gateway.log()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster never became ready; gateway log:\n{}",
-                self.gateway.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
+    /// A client with a session, on the first gateway.
     async fn client(&self) -> HttpMcp {
-        let mut mcp = HttpMcp::new(&self.http, &self.api_key);
+        let mut mcp = HttpMcp::new(&self.http[0], &self.api_key);
         let outcome = mcp.initialize().await;
         assert!(outcome.is_ok(), "initialize: {outcome:?}");
         mcp
@@ -191,7 +203,7 @@ impl Cluster {
             .recall
             .iter_mut()
             .chain(&mut self.remember)
-            .chain(std::iter::once(&mut self.gateway))
+            .chain(&mut self.gateways)
             .chain(&mut self.consolidator);
         for process in processes {
             if let Some(status) = process.exited() {
@@ -211,7 +223,7 @@ impl Cluster {
             .recall
             .iter()
             .chain(&self.remember)
-            .chain(std::iter::once(&self.gateway))
+            .chain(&self.gateways)
             .chain(&self.consolidator);
         for process in processes {
             let log = process.log();
@@ -365,21 +377,23 @@ impl Phase {
 
 /// A client alternating `remember` (with an idempotency key) and `recall`
 /// until `stop`, re-initializing when its session is refused, as MCP
-/// clients do.
+/// clients do. A call that gets no answer moves it to the next gateway
+/// with the same session id, as a load balancer would.
 async fn mixed_client(
     mut mcp: HttpMcp,
+    gateways: Vec<String>,
     id: usize,
     phase: Phase,
     tally: Arc<Mutex<Tally>>,
     stop: CancellationToken,
 ) {
     let mut n = 0u64;
+    let mut gateway = 0;
     while !stop.is_cancelled() {
         n += 1;
         let current = phase.get();
-        let started = Instant::now();
-        let remembered = mcp
-            .call(
+        let calls = [
+            (
                 "remember",
                 json!({
                     "content": format!("Client {id} observation {n}: the deploy pipeline ran step {n}."),
@@ -387,35 +401,41 @@ async fn mixed_client(
                     "type": "fact",
                     "idempotencyKey": format!("mixed-{id}-{n}"),
                 }),
-            )
-            .await;
-        tally
-            .lock()
-            .unwrap()
-            .record(current, "remember", &remembered, started.elapsed());
-        let started = Instant::now();
-        let recalled = mcp
-            .call(
+            ),
+            (
                 "recall",
                 json!({"query": format!("deploy pipeline step {n}"), "topic": format!("load-{id}")}),
-            )
-            .await;
-        tally
-            .lock()
-            .unwrap()
-            .record(current, "recall", &recalled, started.elapsed());
-        // A refused session (404) is re-initialized, as MCP clients do.
-        if [&remembered, &recalled]
-            .iter()
-            .any(|o| matches!(o, Outcome::Http(404, _)))
-        {
-            let outcome = mcp.initialize().await;
+            ),
+        ];
+        let mut failed = false;
+        for (tool, arguments) in calls {
+            let started = Instant::now();
+            let outcome = mcp.call(tool, arguments).await;
             tally
                 .lock()
                 .unwrap()
-                .record(current, "initialize", &outcome, Duration::ZERO);
+                .record(current, tool, &outcome, started.elapsed());
+            match outcome {
+                Outcome::Ok(_) => {}
+                // A refused session is re-initialized, as MCP clients do.
+                Outcome::Http(404, _) => {
+                    let outcome = mcp.initialize().await;
+                    tally
+                        .lock()
+                        .unwrap()
+                        .record(current, "initialize", &outcome, Duration::ZERO);
+                    failed = true;
+                }
+                // No answer: the next gateway, same session.
+                Outcome::Transport(_) => {
+                    gateway = (gateway + 1) % gateways.len();
+                    mcp = mcp.via(&gateways[gateway]);
+                    failed = true;
+                }
+                _ => failed = true,
+            }
         }
-        if !remembered.is_ok() || !recalled.is_ok() {
+        if failed {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -437,6 +457,7 @@ async fn start_load(
     for id in 0..clients {
         tasks.spawn(mixed_client(
             cluster.client().await,
+            cluster.http.clone(),
             id,
             phase.clone(),
             Arc::clone(&tally),
@@ -448,7 +469,7 @@ async fn start_load(
 
 /// Remembers and recalls once with a fresh session: `true` when both work.
 async fn full_service(cluster: &Cluster, probe: &str) -> bool {
-    let mut mcp = HttpMcp::new(&cluster.http, &cluster.api_key);
+    let mut mcp = HttpMcp::new(&cluster.http[0], &cluster.api_key);
     if !mcp.initialize().await.is_ok() {
         return false;
     }
@@ -469,6 +490,7 @@ async fn full_service(cluster: &Cluster, probe: &str) -> bool {
 async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves() {
     let outage = Duration::from_secs(setting("MNEME_FAULT_OUTAGE_SECS", 30));
     let mut cluster = Cluster::start(Shape {
+        gateways: 1,
         recall: 1,
         remember: 1,
         consolidator: false,
@@ -506,7 +528,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
     redis.init().await.unwrap();
     let mut recovered_after = None;
     while restarted.elapsed() < Duration::from_secs(30) {
-        let mut mcp = HttpMcp::new(&cluster.http, &cluster.api_key);
+        let mut mcp = HttpMcp::new(&cluster.http[0], &cluster.api_key);
         if mcp.initialize().await.is_ok() {
             let session = mcp.session.clone().unwrap();
             let stored: i64 = redis
@@ -557,6 +579,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
 async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     let outage = Duration::from_secs(setting("MNEME_FAULT_PG_OUTAGE_SECS", 10));
     let mut cluster = Cluster::start(Shape {
+        gateways: 1,
         recall: 1,
         remember: 1,
         consolidator: true,
@@ -631,6 +654,7 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     let mut cluster = Cluster::start(Shape {
+        gateways: 1,
         recall: 2,
         remember: 2,
         consolidator: false,
@@ -682,6 +706,60 @@ async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     assert_eq!(counts.len() as u64, acknowledged, "{report:#}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_gateway_pod_costs_its_clients_only_the_calls_in_flight() {
+    let mut cluster = Cluster::start(Shape {
+        gateways: 2,
+        recall: 1,
+        remember: 1,
+        consolidator: false,
+        settings: &[],
+    })
+    .await;
+    let clients = 6;
+    let phase = Phase::new();
+    // Every client starts on the first gateway, which then dies.
+    let (tally, stop, mut load) = start_load(&cluster, clients, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    phase.set("killed");
+    cluster.gateways[0].kill().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    phase.set("after");
+    cluster.gateways[0].restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+    cluster.assert_none_crashed();
+    cluster.assert_no_secret_in_logs();
+
+    let tally = Arc::into_inner(tally)
+        .expect("every client ended")
+        .into_inner()
+        .unwrap();
+    let report = json!({"scenario": "gateway_killed", "clients": clients, "tally": tally.report()});
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("killed") > 50, "too little load ran: {report:#}");
+    // At most the call each client had in flight is lost (counted in the
+    // phase it started in); every other call goes on on the other pod under
+    // the same session id (no client had to initialize again).
+    let lost: u64 = ["before", "killed"]
+        .iter()
+        .map(|phase| tally.count(phase, |kind| kind.ends_with("transport")))
+        .sum();
+    assert!(lost <= clients as u64, "{report:#}");
+    assert_eq!(
+        tally.failed("before") + tally.failed("killed"),
+        lost,
+        "{report:#}"
+    );
+    let reinitialized: u64 = ["before", "killed", "after"]
+        .iter()
+        .map(|phase| tally.count(phase, |kind| kind.starts_with("initialize")))
+        .sum();
+    assert_eq!(reinitialized, 0, "sessions were lost: {report:#}");
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+}
+
 /// One acknowledged-or-not write of the no-lost-writes run.
 async fn remember_until_acknowledged(mcp: &HttpMcp, key: &str, content: &str) -> (bool, u32) {
     let mut attempts = 0;
@@ -706,6 +784,7 @@ async fn no_acknowledged_write_is_lost_while_backends_die_at_random() {
     let writes = setting("MNEME_FAULT_WRITES", 10_000);
     let clients = 8u64;
     let mut cluster = Cluster::start(Shape {
+        gateways: 1,
         recall: 1,
         remember: 2,
         consolidator: true,
