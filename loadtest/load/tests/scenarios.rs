@@ -273,7 +273,8 @@ fn surfacing_through_the_echo_upstream() {
 
 #[test]
 fn failures_are_counted_by_kind() {
-    // Each key may send 15 requests a minute: the rest are refused with 429.
+    // Each key may send 6 requests a minute (its session's set-up counts):
+    // the rest are refused with 429, however slow a loaded machine is.
     let json = std::env::temp_dir().join(format!("mneme-loadtest-429-{}.json", std::process::id()));
     let output = loadtest(&[
         "run",
@@ -291,7 +292,7 @@ fn failures_are_counted_by_kind() {
         "1.5",
         "--quiet",
         "--setting",
-        "MNEME_RATE_LIMIT_KEY=15",
+        "MNEME_RATE_LIMIT_KEY=6",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -305,7 +306,7 @@ fn failures_are_counted_by_kind() {
     let _ = std::fs::remove_file(&json);
     let refused = number(&report, "total.errors_by_kind.http_429");
     assert!(refused > 0.0, "{report:#}");
-    assert!(number(&report, "total.ok") <= 30.0, "{report:#}");
+    assert!(number(&report, "total.ok") <= 12.0, "{report:#}");
     assert_eq!(
         number(&report, "total.ok") + number(&report, "total.errors"),
         number(&report, "total.requests")

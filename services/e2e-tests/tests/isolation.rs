@@ -1857,16 +1857,22 @@ async fn oauth_refresh_tokens_clients_and_audiences_stay_with_their_owner() {
 
 // ---------------------------------------------------------- timing oracle
 
-/// Median latency of `n` recalls of `query` by `mcp`.
-async fn median_recall(mcp: &Mcp, query: &str, n: usize) -> Duration {
-    let mut samples = Vec::with_capacity(n);
+/// Median latencies of `n` recalls of each of two queries by `mcp`,
+/// interleaved call by call so that the machine's load (other tests, the
+/// embedding worker) weighs on both alike.
+async fn median_recalls(mcp: &Mcp, queries: [&str; 2], n: usize) -> [Duration; 2] {
+    let mut samples = [Vec::with_capacity(n), Vec::with_capacity(n)];
     for _ in 0..n {
-        let started = Instant::now();
-        mcp.ok("recall", json!({"text": query, "limit": 10})).await;
-        samples.push(started.elapsed());
+        for (query, samples) in queries.iter().zip(&mut samples) {
+            let started = Instant::now();
+            mcp.ok("recall", json!({"text": query, "limit": 10})).await;
+            samples.push(started.elapsed());
+        }
     }
-    samples.sort();
-    samples[n / 2]
+    samples.map(|mut samples| {
+        samples.sort();
+        samples[n / 2]
+    })
 }
 
 #[tokio::test]
@@ -1877,7 +1883,11 @@ async fn recall_latency_does_not_reveal_another_tenants_near_duplicates() {
     let b = create_tenant(&store, "globex", EVERY_PERMISSION).await;
     let a_mcp = stack.mcp(&a.api_key).await;
     let b_mcp = stack.mcp(&b.api_key).await;
-    const QUERY: &str = "rotate the payments signing certificate before it expires";
+    // A holds as much about each query; B will hold near-duplicates of the
+    // first only. If B's data changed A's recall time, the first query
+    // would slow down against the second.
+    const PROBED: &str = "rotate the payments signing certificate before it expires";
+    const CONTROL: &str = "restore the nightly database backup onto the staging cluster";
     for n in 0..20 {
         a_mcp
             .remember_new(
@@ -1885,6 +1895,15 @@ async fn recall_latency_does_not_reveal_another_tenants_near_duplicates() {
                     "Acme note {n}: the payments signing certificate is rotated by the ops team."
                 ),
                 "certs",
+                "fact",
+            )
+            .await;
+        a_mcp
+            .remember_new(
+                &format!(
+                    "Acme note {n}: the nightly database backup is restored onto staging weekly."
+                ),
+                "backups",
                 "fact",
             )
             .await;
@@ -1900,8 +1919,8 @@ async fn recall_latency_does_not_reveal_another_tenants_near_duplicates() {
         }
     };
     settled(a.tenant_id).await;
-    median_recall(&a_mcp, QUERY, 5).await; // warm caches and connections
-    let without = median_recall(&a_mcp, QUERY, 30).await;
+    median_recalls(&a_mcp, [PROBED, CONTROL], 5).await; // warm caches and connections
+    let [probed_before, control_before] = median_recalls(&a_mcp, [PROBED, CONTROL], 30).await;
 
     for batch in 0..4 {
         let fragments: Vec<Value> = (0..50)
@@ -1914,15 +1933,19 @@ async fn recall_latency_does_not_reveal_another_tenants_near_duplicates() {
     }
     settled(b.tenant_id).await;
     assert_eq!(stack.db.count_in_tenant(b.tenant_id, "true").await, 200);
-    median_recall(&a_mcp, QUERY, 5).await;
-    let with = median_recall(&a_mcp, QUERY, 30).await;
+    median_recalls(&a_mcp, [PROBED, CONTROL], 5).await;
+    let [probed, control] = median_recalls(&a_mcp, [PROBED, CONTROL], 30).await;
 
-    let difference = with.abs_diff(without);
-    let bound = Duration::from_millis(15).max(without / 2);
-    eprintln!("recall medians: without B's near-duplicates {without:?}, with {with:?}");
+    eprintln!(
+        "recall medians: before B's near-duplicates {probed_before:?} (control {control_before:?}), \
+         after {probed:?} (control {control:?})"
+    );
+    let difference = probed.abs_diff(control);
+    let bound = Duration::from_millis(15).max(control / 2);
     assert!(
         difference < bound,
-        "A's recall latency moved by {difference:?} (without {without:?}, with {with:?}) when B stored near-duplicates"
+        "with B's near-duplicates stored, A's recall of them took {probed:?} against {control:?} \
+         for a query B holds nothing like (before: {probed_before:?} against {control_before:?})"
     );
     stack.shutdown().await.unwrap();
 }

@@ -323,10 +323,15 @@ async fn one_tool_call_is_one_trace_across_gateway_and_backend() {
     assert!(answer.get("result").is_some(), "{answer}");
     let spans = collector
         .wait_for(&trace_id, |spans| {
-            let from = |service: &str| spans.iter().any(|s| s.service == service);
-            from("mneme-gateway")
-                && from("mneme-recall")
-                && spans.iter().any(|s| s.name == "db.query")
+            // Each process exports its spans in its own batches: wait for
+            // every span asserted on below.
+            let has = |service: &str, name: &str| {
+                spans.iter().any(|s| s.service == service && s.name == name)
+            };
+            has("mneme-gateway", "request")
+                && has("mneme-gateway", "tool_call")
+                && has("mneme-recall", "grpc")
+                && has("mneme-recall", "db.query")
         })
         .await;
     let names = |service: &str| -> Vec<&str> {
