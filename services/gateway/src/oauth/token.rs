@@ -274,7 +274,9 @@ pub(super) async fn token(State(app): State<App>, request: Request) -> Response 
                 }
             };
             if grant.client_id != client.client_id {
-                return invalid_grant("the code was issued to another client");
+                // Worded like an unknown code: another client learns
+                // nothing of whether the code exists.
+                return invalid_grant("unknown, expired or already used authorization code");
             }
             if grant.redirect_uri != param("redirect_uri") {
                 return invalid_grant("redirect_uri differs from the authorization request's");
