@@ -35,12 +35,25 @@ pub fn service_binary(name: &str) -> PathBuf {
     path
 }
 
-/// A loopback port free now (the child binds it a moment later).
+/// A loopback port free now, for a child process to bind a moment later.
+///
+/// Chosen at random below the kernel's ephemeral range: a port the kernel
+/// handed out (`bind(…:0)`, or any outgoing connection of the tests running
+/// beside this one) could be taken again before the child binds it, which
+/// made a service exit with "Address already in use" in CI.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000.min(ephemeral_start / 2);
+    for _ in 0..1000 {
+        let port = low + (rand::random::<u16>() % (ephemeral_start - low));
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {ephemeral_start}");
 }
 
 /// A directory of one test, removed on drop.
