@@ -441,30 +441,49 @@ async fn mixed_client(
     }
 }
 
-/// Starts `clients` mixed clients; returns their tally and a stop handle.
-async fn start_load(
-    cluster: &Cluster,
-    clients: usize,
-    phase: &Phase,
-) -> (
-    Arc<Mutex<Tally>>,
-    CancellationToken,
-    tokio::task::JoinSet<()>,
-) {
-    let tally = Arc::new(Mutex::new(Tally::default()));
-    let stop = CancellationToken::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    for id in 0..clients {
-        tasks.spawn(mixed_client(
-            cluster.client().await,
-            cluster.http.clone(),
-            id,
-            phase.clone(),
-            Arc::clone(&tally),
-            stop.clone(),
-        ));
+/// Mixed clients running against a cluster.
+struct Load {
+    tally: Arc<Mutex<Tally>>,
+    stop: CancellationToken,
+    clients: tokio::task::JoinSet<()>,
+}
+
+impl Load {
+    /// Starts `clients` mixed clients, each with a session on the first
+    /// gateway.
+    async fn start(cluster: &Cluster, clients: usize, phase: &Phase) -> Self {
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        let stop = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for id in 0..clients {
+            tasks.spawn(mixed_client(
+                cluster.client().await,
+                cluster.http.clone(),
+                id,
+                phase.clone(),
+                Arc::clone(&tally),
+                stop.clone(),
+            ));
+        }
+        Self {
+            tally,
+            stop,
+            clients: tasks,
+        }
     }
-    (tally, stop, tasks)
+
+    /// Stops the clients, checks that no process crashed or logged a
+    /// secret, and returns what the clients saw.
+    async fn finish(mut self, cluster: &mut Cluster) -> Tally {
+        self.stop.cancel();
+        while self.clients.join_next().await.is_some() {}
+        cluster.assert_none_crashed();
+        cluster.assert_no_secret_in_logs();
+        Arc::into_inner(self.tally)
+            .expect("every client ended")
+            .into_inner()
+            .unwrap()
+    }
 }
 
 /// Remembers and recalls once with a fresh session: `true` when both work.
@@ -498,7 +517,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
     })
     .await;
     let phase = Phase::new();
-    let (tally, stop, mut load) = start_load(&cluster, 4, &phase).await;
+    let load = Load::start(&cluster, 4, &phase).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     phase.set("outage");
@@ -543,15 +562,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    while load.join_next().await.is_some() {}
-    cluster.assert_none_crashed();
-    cluster.assert_no_secret_in_logs();
-
-    let tally = Arc::into_inner(tally)
-        .expect("every client ended")
-        .into_inner()
-        .unwrap();
+    let tally = load.finish(&mut cluster).await;
     let report = json!({
         "scenario": "redis_down",
         "outage_secs": outage.as_secs(),
@@ -587,7 +598,7 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     })
     .await;
     let phase = Phase::new();
-    let (tally, stop, mut load) = start_load(&cluster, 4, &phase).await;
+    let load = Load::start(&cluster, 4, &phase).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     phase.set("outage");
@@ -606,15 +617,7 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     }
     phase.set("after");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    while load.join_next().await.is_some() {}
-    cluster.assert_none_crashed();
-    cluster.assert_no_secret_in_logs();
-
-    let tally = Arc::into_inner(tally)
-        .expect("every client ended")
-        .into_inner()
-        .unwrap();
+    let tally = load.finish(&mut cluster).await;
     let report = json!({
         "scenario": "postgres_crash",
         "outage_secs": outage.as_secs(),
@@ -662,7 +665,7 @@ async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     })
     .await;
     let phase = Phase::new();
-    let (tally, stop, mut load) = start_load(&cluster, 6, &phase).await;
+    let load = Load::start(&cluster, 6, &phase).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // One instance of each backend dies under load, then comes back; then
@@ -681,15 +684,7 @@ async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     cluster.recall[1].restart();
     cluster.remember[1].restart();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    while load.join_next().await.is_some() {}
-    cluster.assert_none_crashed();
-    cluster.assert_no_secret_in_logs();
-
-    let tally = Arc::into_inner(tally)
-        .expect("every client ended")
-        .into_inner()
-        .unwrap();
+    let tally = load.finish(&mut cluster).await;
     let report = json!({"scenario": "backend_killed", "tally": tally.report()});
     println!("RELIABILITY {report}");
     assert!(tally.ok("killed") > 50, "too little load ran: {report:#}");
@@ -719,7 +714,7 @@ async fn a_killed_gateway_pod_costs_its_clients_only_the_calls_in_flight() {
     let clients = 6;
     let phase = Phase::new();
     // Every client starts on the first gateway, which then dies.
-    let (tally, stop, mut load) = start_load(&cluster, clients, &phase).await;
+    let load = Load::start(&cluster, clients, &phase).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     phase.set("killed");
     cluster.gateways[0].kill().await;
@@ -727,15 +722,7 @@ async fn a_killed_gateway_pod_costs_its_clients_only_the_calls_in_flight() {
     phase.set("after");
     cluster.gateways[0].restart();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    while load.join_next().await.is_some() {}
-    cluster.assert_none_crashed();
-    cluster.assert_no_secret_in_logs();
-
-    let tally = Arc::into_inner(tally)
-        .expect("every client ended")
-        .into_inner()
-        .unwrap();
+    let tally = load.finish(&mut cluster).await;
     let report = json!({"scenario": "gateway_killed", "clients": clients, "tally": tally.report()});
     println!("RELIABILITY {report}");
     assert!(tally.ok("killed") > 50, "too little load ran: {report:#}");
