@@ -207,15 +207,10 @@ async fn request(
 
 /// Runs `sql` (one text value) as the owner inside `tenant`.
 async fn text_in_tenant(stack: &Stack, tenant: Uuid, sql: &str) -> String {
-    let mut client = stack.db.owner_client().await;
-    let tx = client.transaction().await.unwrap();
-    tx.execute(
-        "SELECT set_config('mneme.tenant_id', $1, true)",
-        &[&tenant.to_string()],
-    )
-    .await
-    .unwrap();
-    let row = tx
+    let row = stack
+        .db
+        .owner_in_tenant(tenant)
+        .await
         .query_one(sql, &[&tenant])
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));

@@ -78,30 +78,25 @@ async fn mcp_with_headers(stack: &Stack, api_key: &str, headers: &[(&'static str
 /// Runs `sql` as the owner role inside `tenant` (row-level security is
 /// forced on the owner too); returns the rows changed.
 async fn execute_in_tenant(stack: &Stack, tenant: Uuid, sql: &str) -> u64 {
-    let mut client = stack.db.owner_client().await;
-    let tx = client.transaction().await.unwrap();
-    tx.execute(
-        "SELECT set_config('mneme.tenant_id', $1, true)",
-        &[&tenant.to_string()],
-    )
-    .await
-    .unwrap();
-    let changed = tx.execute(sql, &[]).await.unwrap();
-    tx.commit().await.unwrap();
-    changed
+    stack
+        .db
+        .owner_in_tenant(tenant)
+        .await
+        .execute(sql, &[])
+        .await
+        .unwrap()
 }
 
 /// One `bigint`/`int` scalar of `sql`, read as the owner inside `tenant`.
 async fn scalar_in_tenant(stack: &Stack, tenant: Uuid, sql: &str) -> i64 {
-    let mut client = stack.db.owner_client().await;
-    let tx = client.transaction().await.unwrap();
-    tx.execute(
-        "SELECT set_config('mneme.tenant_id', $1, true)",
-        &[&tenant.to_string()],
-    )
-    .await
-    .unwrap();
-    tx.query_one(sql, &[]).await.unwrap().get(0)
+    stack
+        .db
+        .owner_in_tenant(tenant)
+        .await
+        .query_one(sql, &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// A second API key of an existing tenant, in no group with the first.

@@ -152,7 +152,7 @@ impl TestDatabase {
 
     /// A raw client as the owner role. Row-level security is forced on the
     /// owner too, so tenant data is visible only through
-    /// [`TestDatabase::count_in_tenant`].
+    /// [`TestDatabase::owner_in_tenant`].
     pub async fn owner_client(&self) -> tokio_postgres::Client {
         admin_client(&self.owner_url).await
     }
@@ -163,24 +163,34 @@ impl TestDatabase {
         self.count_rows(tenant_id, "fragments", condition).await
     }
 
+    /// A client as the owner role inside `tenant_id` for its whole session
+    /// (row-level security is forced on the owner too).
+    pub async fn owner_in_tenant(&self, tenant_id: Uuid) -> tokio_postgres::Client {
+        let client = self.owner_client().await;
+        client
+            .execute(
+                "SELECT set_config('mneme.tenant_id', $1, false)",
+                &[&tenant_id.to_string()],
+            )
+            .await
+            .expect("set tenant");
+        client
+    }
+
     /// `SELECT count(*) FROM mneme.<table> WHERE <condition>` within one
     /// tenant, bypassing the services (for assertions).
     pub async fn count_rows(&self, tenant_id: Uuid, table: &str, condition: &str) -> i64 {
-        let mut client = self.owner_client().await;
-        let tx = client.transaction().await.expect("transaction");
-        tx.execute(
-            "SELECT set_config('mneme.tenant_id', $1, true)",
-            &[&tenant_id.to_string()],
-        )
-        .await
-        .expect("set tenant");
-        tx.query_one(
-            &format!("SELECT count(*) FROM mneme.{table} WHERE tenant_id = $1 AND ({condition})"),
-            &[&tenant_id],
-        )
-        .await
-        .expect("count rows")
-        .get(0)
+        self.owner_in_tenant(tenant_id)
+            .await
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM mneme.{table} WHERE tenant_id = $1 AND ({condition})"
+                ),
+                &[&tenant_id],
+            )
+            .await
+            .expect("count rows")
+            .get(0)
     }
 }
 
