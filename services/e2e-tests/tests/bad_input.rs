@@ -352,6 +352,54 @@ async fn deeply_nested_malformed_and_non_utf8_json_get_client_errors() {
     w.stack.shutdown().await.unwrap();
 }
 
+/// Two parsers read an MCP body (the gateway's routing and scope hints,
+/// then rmcp), and RFC 8259 lets them disagree about an object that repeats
+/// a name: such bodies are refused before either acts on them.
+#[tokio::test]
+async fn a_json_object_that_repeats_a_name_is_a_parse_error() {
+    let w = world().await;
+    let stored = w
+        .tool("remember", remember_args(SENTENCE))
+        .await
+        .expect("remembered");
+    let id = stored["id"].as_str().expect("an id").to_owned();
+    let bodies = [
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"forget","arguments":{{"id":"{id}","force":true}},"name":"recall"}}}}"#
+        ),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{{"name":"forget","arguments":{{"id":"{id}"}}}}}}"#
+        ),
+    ];
+    for body in bodies {
+        for path in ["/mcp", "/message?sessionId=x"] {
+            let (status, text) = w
+                .post_raw(
+                    &format!("repeated name to {path}"),
+                    path,
+                    body.clone().into_bytes(),
+                )
+                .await;
+            assert_eq!(status, 400, "{path}: {text}");
+            let answer: Value = serde_json::from_str(&text).expect("a JSON-RPC error");
+            assert_eq!(answer["error"]["code"], -32700, "{text}");
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("appears twice")),
+                "{text}"
+            );
+        }
+    }
+    let found = w
+        .tool("recall", json!({"text": SENTENCE}))
+        .await
+        .expect("recalled");
+    assert!(found.to_string().contains(&id), "the memory is still there");
+    w.still_answers().await;
+    w.stack.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn nul_bytes_in_text_fields_get_a_clear_error_or_are_stored_without_them() {
     let w = world().await;

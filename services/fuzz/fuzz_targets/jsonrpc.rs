@@ -1,7 +1,8 @@
 //! JSON-RPC message parsing: an MCP request body as the gateway receives it.
 //!
-//! The gateway first reads the body as a `serde_json::Value` (its `peek`
-//! middleware, `services/gateway/src/jsonrpc.rs`) and then hands it to rmcp,
+//! The gateway first reads the body as a `serde_json::Value` with
+//! `mneme_core::json::from_slice` (its `peek` middleware,
+//! `services/gateway/src/jsonrpc.rs`) and then hands it to rmcp,
 //! the parser of record, as a `ClientJsonRpcMessage` (Streamable HTTP and
 //! `/sse`, `services/gateway/src/sse.rs`). Upstream MCP servers' answers are
 //! parsed as `ServerJsonRpcMessage` by the proxy.
@@ -10,7 +11,16 @@
 //! its serialisation parses back to a message that serialises identically,
 //! except for the last bits of floats: without its `float_roundtrip`
 //! feature (not enabled in mneme), serde_json parses long decimal mantissas
-//! approximately, so `1000…0.0` may come back one ulp away.
+//! approximately, so `1000…0.0` may come back one ulp away; and except for
+//! inputs with a repeated object key. RFC 8259 leaves what such an object
+//! means to the parser: serde's typed structs reject it while `Value` keeps
+//! the last one, so rmcp's untagged result enum reads
+//! `{"content": …, "content": …, "x": 1}` as a custom result keeping `x`,
+//! and its (deduplicated) serialisation as a `CallToolResult` without it.
+//! The gateway refuses such request bodies before rmcp sees them
+//! (`mneme_core::json::from_slice`, also under test here: it must read
+//! exactly what serde_json reads, minus repeated names); an upstream's
+//! answer is read by rmcp alone, so no second reading can disagree with it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -59,7 +69,24 @@ fn same(a: &Value, b: &Value) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     // The gateway's `peek` (method, id, tool name) reads this value.
-    let _ = serde_json::from_slice::<Value>(data);
+    let lenient = serde_json::from_slice::<Value>(data);
+    match mneme_core::json::from_slice(data) {
+        Ok(strict) => {
+            let lenient = lenient.expect("what the strict parser reads is JSON");
+            assert!(strict == lenient, "strict {strict} != {lenient}");
+        }
+        Err(error) => {
+            assert!(
+                !error.is_data() || lenient.is_ok(),
+                "refused as a repeated name, yet not JSON: {error}"
+            );
+            // Not JSON, or a repeated name, which the gateway refuses before
+            // rmcp sees it: only "no panic" holds (module docs).
+            let _ = serde_json::from_slice::<ClientJsonRpcMessage>(data);
+            let _ = serde_json::from_slice::<ServerJsonRpcMessage>(data);
+            return;
+        }
+    }
     round_trip::<ClientJsonRpcMessage>(data, "client message");
     round_trip::<ServerJsonRpcMessage>(data, "server message");
 });

@@ -3,8 +3,9 @@
 //! responses for the refusals the gateway makes itself (rate limits,
 //! unknown sessions, version mismatches).
 //!
-//! rmcp stays the parser of record: a body this module cannot read passes
-//! through untouched, and rmcp answers it.
+//! rmcp stays the parser of record: a body that is not JSON passes through
+//! untouched, and rmcp answers it. A body that repeats a name in an object is
+//! refused here, since the two parsers could read it differently.
 
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
@@ -125,8 +126,23 @@ async fn peek(request: Request, limit: usize) -> Result<Request, Response> {
             return Err((StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response());
         }
     };
-    if let Ok(message) = serde_json::from_slice::<Value>(&bytes) {
-        parts.extensions.insert(McpCall::from_message(&message));
+    match mneme_core::json::from_slice(&bytes) {
+        Ok(message) => {
+            parts.extensions.insert(McpCall::from_message(&message));
+        }
+        // A repeated name: this module and rmcp could read different
+        // methods or tools from the body (see `mneme_core::json`).
+        Err(error) if error.is_data() => {
+            METRICS.rejected.with_label_values(&["repeated_name"]).inc();
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                PARSE_ERROR,
+                &format!("Parse error: {error}"),
+                None,
+            ));
+        }
+        // Not JSON: rmcp answers it.
+        Err(_) => {}
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
@@ -150,6 +166,9 @@ pub(crate) fn error_response(
     );
     response
 }
+
+/// JSON-RPC's "Parse error".
+pub(crate) const PARSE_ERROR: i64 = -32700;
 
 /// JSON-RPC code of the gateway's own refusals (the MCP transport's
 /// "server error" range).

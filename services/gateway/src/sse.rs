@@ -254,7 +254,7 @@ async fn message(
         Err(error) => {
             return jsonrpc::error_response(
                 StatusCode::BAD_REQUEST,
-                -32700,
+                jsonrpc::PARSE_ERROR,
                 &format!("Parse error: {error}"),
                 None,
             );

@@ -16,6 +16,8 @@
 //! - [`principal`]: the authenticated caller and its permissions.
 //! - [`password`]: people's passwords (argon2id), rules and verification.
 //! - [`fragment`]: fragment types, tiers, limits and [`fragment::prepare`].
+//! - [`json`]: strict JSON reading (no repeated names) for bodies that two
+//!   parsers read.
 //! - [`policy`]: the symbolic layer's policy rules for writes.
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
 //! - [`redact`]: secret and PII redaction.
@@ -30,6 +32,7 @@ pub mod contradiction;
 pub mod cursor;
 pub mod error;
 pub mod fragment;
+pub mod json;
 pub mod net;
 pub mod password;
 pub mod policy;
