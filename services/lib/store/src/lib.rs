@@ -329,10 +329,12 @@ impl<'a> TenantTx<'a> {
     /// Opens a transaction on `client` for `tenant_id`.
     pub async fn begin(client: &'a mut Object, tenant_id: Uuid) -> Result<Self> {
         let tx = client.transaction().await?;
-        tx.execute(
-            "SELECT set_config('mneme.tenant_id', $1, true)",
-            &[&tenant_id.to_string()],
-        )
+        // The simple query protocol takes one round trip where a statement
+        // with parameters takes two (parse, then execute), on every request.
+        // A UUID's text form is hex digits and hyphens: safe as a literal.
+        tx.batch_execute(&format!(
+            "SELECT set_config('mneme.tenant_id', '{tenant_id}', true)"
+        ))
         .await?;
         Ok(Self { tx, tenant_id })
     }

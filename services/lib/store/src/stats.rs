@@ -43,81 +43,79 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
     let tenant = tx.tenant_id();
     let scope = "tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')";
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tenant, &key_ids, &agent_id];
-    let totals = tx
-        .query_one(
-            &format!(
-                "SELECT count(*) FILTER (WHERE valid_to IS NULL),
-                        count(*) FILTER (WHERE valid_to IS NULL AND is_anchor),
-                        count(*) FILTER (WHERE valid_to IS NOT NULL),
-                        count(*) FILTER (WHERE valid_to IS NULL AND embedding IS NOT NULL),
-                        count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NULL),
-                        COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::float8,
-                        count(DISTINCT topic) FILTER (WHERE valid_to IS NULL),
-                        count(DISTINCT case_id) FILTER (WHERE valid_to IS NULL),
-                        COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8,
-                        count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NOT NULL)
-                   FROM mneme.fragments WHERE {scope}"
-            ),
-            &params,
-        )
-        .await?;
+    let totals_sql = format!(
+        "SELECT count(*) FILTER (WHERE valid_to IS NULL),
+                count(*) FILTER (WHERE valid_to IS NULL AND is_anchor),
+                count(*) FILTER (WHERE valid_to IS NOT NULL),
+                count(*) FILTER (WHERE valid_to IS NULL AND embedding IS NOT NULL),
+                count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NULL),
+                COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::float8,
+                count(DISTINCT topic) FILTER (WHERE valid_to IS NULL),
+                count(DISTINCT case_id) FILTER (WHERE valid_to IS NULL),
+                COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8,
+                count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NOT NULL)
+           FROM mneme.fragments WHERE {scope}"
+    );
     let grouped = |column: &str, order: &str, limit: i64| {
         format!(
             "SELECT {column}, count(*) FROM mneme.fragments WHERE {scope} AND valid_to IS NULL
               GROUP BY {column} ORDER BY {order} LIMIT {limit}"
         )
     };
-    let by_type = tx.query(&grouped("type", "1", 100), &params).await?;
-    let by_tier = tx.query(&grouped("ttl_tier", "1", 100), &params).await?;
-    let top_topics = tx
-        .query(&grouped("topic", "2 DESC, 1", 10), &params)
-        .await?;
-    let links: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM mneme.fragment_links l
-               JOIN mneme.fragments f ON f.tenant_id = l.tenant_id AND f.id = l.from_id
-              WHERE l.tenant_id = $1 AND f.key_id = ANY($2) AND l.deleted_at IS NULL",
-            &[&tenant, &key_ids],
-        )
-        .await?
-        .get(0);
-    let searches = tx
-        .query_one(
-            "SELECT count(*),
-                    COALESCE(avg((result_count = 0)::int), 0)::float8,
-                    COALESCE(avg(latency_ms), 0)::float8
-               FROM mneme.search_events
-              WHERE tenant_id = $1 AND key_id = ANY($2) AND created_at > now() - interval '7 days'",
-            &[&tenant, &key_ids],
-        )
-        .await?;
-    let feedback = tx
-        .query_one(
-            "SELECT count(*),
-                    COALESCE(avg(relevant::int), 0)::float8,
-                    COALESCE(avg(sufficient::int), 0)::float8
-               FROM mneme.tool_feedback
-              WHERE tenant_id = $1 AND key_id = ANY($2) AND created_at > now() - interval '7 days'",
-            &[&tenant, &key_ids],
-        )
-        .await?;
-    let contradictions = tx
-        .query_one(
-            "SELECT count(*) FILTER (WHERE c.status = 'pending'),
-                    count(*) FILTER (WHERE c.status = 'contradiction')
-               FROM mneme.contradiction_candidates c
-               JOIN mneme.fragments f ON f.tenant_id = c.tenant_id AND f.id = c.newer_id
-              WHERE c.tenant_id = $1 AND f.key_id = ANY($2)",
-            &[&tenant, &key_ids],
-        )
-        .await?;
-    let last_consolidated = tx
-        .query_opt(
-            "SELECT last_finished_at FROM mneme.consolidation_state WHERE tenant_id = $1",
-            &[&tenant],
-        )
-        .await?
-        .and_then(|row| row.get(0));
+    let (by_type_sql, by_tier_sql, top_topics_sql) = (
+        grouped("type", "1", 100),
+        grouped("ttl_tier", "1", 100),
+        grouped("topic", "2 DESC, 1", 10),
+    );
+    let scoped: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&tenant, &key_ids];
+    // The statements are independent: sent together, tokio-postgres
+    // pipelines them on the connection, so the whole collection costs about
+    // two round trips (parse, then execute) instead of two per statement.
+    let (totals, by_type, by_tier, top_topics, links, searches, feedback, contradictions, state) =
+        tokio::try_join!(
+            tx.query_one(&totals_sql, &params),
+            tx.query(&by_type_sql, &params),
+            tx.query(&by_tier_sql, &params),
+            tx.query(&top_topics_sql, &params),
+            tx.query_one(
+                "SELECT count(*) FROM mneme.fragment_links l
+                   JOIN mneme.fragments f ON f.tenant_id = l.tenant_id AND f.id = l.from_id
+                  WHERE l.tenant_id = $1 AND f.key_id = ANY($2) AND l.deleted_at IS NULL",
+                &scoped,
+            ),
+            tx.query_one(
+                "SELECT count(*),
+                        COALESCE(avg((result_count = 0)::int), 0)::float8,
+                        COALESCE(avg(latency_ms), 0)::float8
+                   FROM mneme.search_events
+                  WHERE tenant_id = $1 AND key_id = ANY($2)
+                    AND created_at > now() - interval '7 days'",
+                &scoped,
+            ),
+            tx.query_one(
+                "SELECT count(*),
+                        COALESCE(avg(relevant::int), 0)::float8,
+                        COALESCE(avg(sufficient::int), 0)::float8
+                   FROM mneme.tool_feedback
+                  WHERE tenant_id = $1 AND key_id = ANY($2)
+                    AND created_at > now() - interval '7 days'",
+                &scoped,
+            ),
+            tx.query_one(
+                "SELECT count(*) FILTER (WHERE c.status = 'pending'),
+                        count(*) FILTER (WHERE c.status = 'contradiction')
+                   FROM mneme.contradiction_candidates c
+                   JOIN mneme.fragments f ON f.tenant_id = c.tenant_id AND f.id = c.newer_id
+                  WHERE c.tenant_id = $1 AND f.key_id = ANY($2)",
+                &scoped,
+            ),
+            tx.query_opt(
+                "SELECT last_finished_at FROM mneme.consolidation_state WHERE tenant_id = $1",
+                &scoped[..1],
+            ),
+        )?;
+    let links: i64 = links.get(0);
+    let last_consolidated = state.and_then(|row| row.get(0));
     Ok(Stats {
         total: totals.get(0),
         anchors: totals.get(1),
