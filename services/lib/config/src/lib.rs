@@ -777,8 +777,6 @@ pub struct EmbeddingConfig {
     pub concurrency: usize,
     /// Longest wait for a free embedding slot.
     pub queue_wait: Duration,
-    /// Most query texts per provider call (1: no batching).
-    pub query_batch: usize,
     /// Tries of a rejected fragment before it is parked.
     pub max_attempts: i16,
     /// First retry delay of a rejected fragment (doubling).
@@ -1191,7 +1189,6 @@ impl Config {
             call_timeout: Duration::from_millis(r.positive(settings::EMBED_TIMEOUT_MS) as u64),
             concurrency: r.positive(settings::EMBED_CONCURRENCY),
             queue_wait: r.millis(settings::EMBED_QUEUE_WAIT_MS),
-            query_batch: r.positive(settings::EMBED_QUERY_BATCH),
             max_attempts: i16::try_from(r.positive(settings::EMBED_MAX_ATTEMPTS))
                 .unwrap_or(i16::MAX),
             retry_backoff: Duration::from_secs(r.value(settings::EMBED_RETRY_BACKOFF_SECS)),

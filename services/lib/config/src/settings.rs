@@ -290,8 +290,6 @@ settings! {
             "Embedding calls one process runs at once; further calls wait in line (first come, first served), so a slow provider cannot pile up work across the whole process.";
         EMBED_QUEUE_WAIT_MS = "MNEME_EMBED_QUEUE_WAIT_MS", Some("3000"),
             "How long a call waits for one of the `MNEME_EMBED_CONCURRENCY` slots before it gives up as unavailable, in milliseconds.";
-        EMBED_QUERY_BATCH = "MNEME_EMBED_QUERY_BATCH", Some("16"),
-            "Most query texts embedded in one provider call: queries of concurrent recalls that arrive while an earlier query is being embedded go together in the next call (1 turns this off). A lone query is never held back. Batches are also bounded by `MNEME_EMBED_CONCURRENCY`, since only callers holding a slot reach the batcher.";
     }
     "Consolidation" {
         CONSOLIDATION = "MNEME_CONSOLIDATION", Some("true"),

@@ -9,13 +9,10 @@
 //! - [`hash`]: deterministic feature hashing, for fast tests only.
 //! - [`local`]: how the in-process models run: in chunks on the blocking
 //!   pool, abandoned when their caller's deadline passes.
-//! - [`batch`]: concurrent query embeddings share one provider call.
 //! - [`guard`]: per-call deadline, process-wide concurrency limit and
 //!   metrics around whichever provider is loaded.
-//! - [`from_config`]: picks and loads the configured provider, batched and
-//!   guarded.
+//! - [`from_config`]: picks and loads the configured provider, guarded.
 
-pub mod batch;
 pub mod e5;
 pub mod guard;
 pub mod hash;
@@ -38,7 +35,7 @@ pub enum TextKind {
     Passage,
 }
 
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
     /// The provider cannot be reached or is overloaded; retry later.
     #[error("embedding provider unavailable: {0}")]
@@ -115,7 +112,6 @@ pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>
         dim = embedder.dimension(),
         "embedder ready"
     );
-    let embedder = Arc::new(batch::QueryBatcher::new(embedder, config.query_batch));
     Ok(Arc::new(guard::Guarded::new(
         embedder,
         guard::GuardLimits {
