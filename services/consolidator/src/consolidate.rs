@@ -23,7 +23,8 @@ use mneme_config::ConsolidationConfig;
 use mneme_core::contradiction;
 use mneme_core::text::Tokenizer;
 use mneme_store::consolidation::{
-    self, ContradictionRules, DedupRules, Review, Run, SimilarPair, StageResult, StageRules,
+    self, CompressionRules, ContradictionRules, DedupRules, Review, Run, SimilarPair, StageResult,
+    StageRules,
 };
 use mneme_store::feedback::{self, LinkLesson};
 use mneme_store::{Store, TenantTx, links, tenants};
@@ -90,6 +91,7 @@ pub enum Stage {
     Decay,
     FeedbackCalibration,
     Dedup,
+    Compression,
     ExpiredDelete,
     ReflectionPurge,
     Utility,
@@ -109,6 +111,7 @@ pub const STAGES: &[Stage] = &[
     Stage::Decay,
     Stage::FeedbackCalibration,
     Stage::Dedup,
+    Stage::Compression,
     Stage::ExpiredDelete,
     Stage::ReflectionPurge,
     Stage::Utility,
@@ -137,6 +140,7 @@ impl Stage {
             Stage::FeedbackCalibration => "feedback_calibration",
             Stage::ReflectionPurge => "reflection_purge",
             Stage::Dedup => "dedup",
+            Stage::Compression => "compression",
             Stage::ExpiredDelete => "expired_delete",
             Stage::Utility => "utility",
             Stage::AnchorPromotion => "anchor_promotion",
@@ -161,6 +165,7 @@ impl Stage {
             Stage::FeedbackCalibration => consolidation::feedback_calibration(tx, now).await,
             Stage::ReflectionPurge => consolidation::reflection_purge(tx, now, rules).await,
             Stage::Dedup => merge_duplicates(tx, now, rules).await,
+            Stage::Compression => compress_old_groups(tx, now, rules).await,
             Stage::ExpiredDelete => consolidation::expired_delete(tx, now, rules).await,
             Stage::Utility => consolidation::utility(tx, now).await,
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
@@ -280,6 +285,44 @@ async fn merge_duplicates(
         }
     }
     Ok(merged_away.len() as u64)
+}
+
+/// Compression of old fragment groups: among old, unimportant fragments
+/// (see [`consolidation::compression_pairs`]), the most important one not
+/// yet folded gathers its similar neighbours of the same key and topic
+/// that no contradiction rule sets apart; a group of at least
+/// `min_group` keeps that one and folds the others into it (superseded,
+/// links moved, history kept). Returns how many were folded.
+async fn compress_old_groups(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &StageRules,
+) -> mneme_store::Result<u64> {
+    let pairs = consolidation::compression_pairs(tx, now, &rules.compression).await?;
+    let mut taken = std::collections::HashSet::new();
+    let mut folded = 0;
+    for by_seed in pairs.chunk_by(|a, b| a.seed_id == b.seed_id) {
+        let seed = &by_seed[0];
+        if taken.contains(&seed.seed_id) {
+            continue;
+        }
+        let members: Vec<_> = by_seed
+            .iter()
+            .filter(|pair| !taken.contains(&pair.neighbour_id))
+            .filter(|pair| contradiction::judge(&pair.seed, &pair.neighbour).is_none())
+            .collect();
+        if members.len() + 1 < rules.compression.min_group {
+            continue;
+        }
+        taken.insert(seed.seed_id);
+        for member in members {
+            taken.insert(member.neighbour_id);
+            if consolidation::fold_into(tx, seed.key_id, member.neighbour_id, seed.seed_id).await? {
+                folded += 1;
+            }
+        }
+    }
+    Ok(folded)
 }
 
 /// Jaccard overlap of the two texts' lexeme sets.
@@ -607,6 +650,13 @@ impl Consolidator {
                 similarity: self.settings.dedup_similarity,
                 min_overlap: self.settings.dedup_min_overlap,
                 per_run: self.settings.dedup_per_run,
+            },
+            compression: CompressionRules {
+                age_days: self.settings.compress_age_days,
+                max_importance: self.settings.compress_max_importance,
+                similarity: self.settings.compress_similarity,
+                min_group: self.settings.compress_min_group,
+                per_run: self.settings.compress_per_run,
             },
         }
     }

@@ -1258,3 +1258,230 @@ async fn a_language_model_decides_which_related_memories_replace_older_ones() {
         .unwrap();
     assert_eq!(calls(), 4);
 }
+
+#[tokio::test]
+async fn old_similar_unimportant_fragments_are_folded_into_the_most_important_of_their_group() {
+    let h = harness().await;
+    // Not recalled for 40 days, created 60 days ago; decayed just now.
+    // Similarities stay below de-duplication's 0.95, which runs first.
+    let recalled = |days: i64, importance: f64, vector: String| {
+        format!(
+            "{vector}, importance = {importance}, last_decay_at = NOW, created_at = {}, accessed_at = {}",
+            days_ago(60),
+            days_ago(days)
+        )
+    };
+    let old = |importance: f64, vector: String| recalled(40, importance, vector);
+    let kept = note(
+        &h,
+        &h.tenant,
+        "Restart the queue worker when it stalls.",
+        "runbooks",
+        old(0.45, axis(20)),
+    )
+    .await;
+    let folded = [
+        note(
+            &h,
+            &h.tenant,
+            "A stalled queue worker comes back after a restart.",
+            "runbooks",
+            old(0.3, leaning(20, 21, 0.93)),
+        )
+        .await,
+        note(
+            &h,
+            &h.tenant,
+            "Stalls of the queue worker are fixed by restarting it.",
+            "runbooks",
+            old(0.25, leaning(20, 22, 0.91)),
+        )
+        .await,
+    ];
+    let linked = note(
+        &h,
+        &h.tenant,
+        "The queue worker runs on node 7.",
+        "hosts",
+        old(0.4, axis(30)),
+    )
+    .await;
+    h.remember
+        .link(
+            &h.tenant.principal(),
+            mneme_proto::v1::LinkRequest {
+                from_id: folded[0].to_string(),
+                to_id: linked.to_string(),
+                relation_type: "related".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let kept_apart = [
+        // Below the similarity.
+        note(
+            &h,
+            &h.tenant,
+            "Queue workers log to the shared volume.",
+            "runbooks",
+            old(0.3, leaning(20, 23, 0.85)),
+        )
+        .await,
+        // Recalled recently.
+        note(
+            &h,
+            &h.tenant,
+            "Queue worker stalls clear up with a restart.",
+            "runbooks",
+            recalled(5, 0.3, leaning(20, 24, 0.94)),
+        )
+        .await,
+        // Important enough.
+        note(
+            &h,
+            &h.tenant,
+            "Restarting the stalled queue worker is the first step.",
+            "runbooks",
+            old(0.7, leaning(20, 25, 0.94)),
+        )
+        .await,
+        // An anchor.
+        note(
+            &h,
+            &h.tenant,
+            "Restart any stalled queue worker at once.",
+            "runbooks",
+            format!("{}, is_anchor = true", old(0.3, leaning(20, 26, 0.94))),
+        )
+        .await,
+        // Another topic.
+        note(
+            &h,
+            &h.tenant,
+            "Restart the queue worker when it stalls, says the wiki.",
+            "wiki",
+            old(0.3, leaning(20, 27, 0.94)),
+        )
+        .await,
+        // Only two alike: below the group size.
+        note(
+            &h,
+            &h.tenant,
+            "Disk alerts page the on-call engineer.",
+            "alerts",
+            old(0.3, axis(40)),
+        )
+        .await,
+        note(
+            &h,
+            &h.tenant,
+            "The on-call engineer is paged for disk alerts.",
+            "alerts",
+            old(0.2, leaning(40, 41, 0.94)),
+        )
+        .await,
+    ];
+    // The same group in another tenant.
+    let elsewhere = [
+        note(
+            &h,
+            &h.other,
+            "Restart the queue worker when it stalls.",
+            "runbooks",
+            old(0.45, axis(20)),
+        )
+        .await,
+        note(
+            &h,
+            &h.other,
+            "A stalled queue worker comes back after a restart.",
+            "runbooks",
+            old(0.3, leaning(20, 21, 0.93)),
+        )
+        .await,
+        note(
+            &h,
+            &h.other,
+            "Stalls of the queue worker are fixed by restarting it.",
+            "runbooks",
+            old(0.25, leaning(20, 22, 0.91)),
+        )
+        .await,
+    ];
+
+    let consolidator = h.consolidator(settings());
+    let compression = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "compression")
+            .map(|s| s.affected)
+    };
+    let dry = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", true, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(compression(&dry), Some(2), "{:?}", dry.stages);
+    assert!(
+        h.has(folded[0], "valid_to IS NULL").await,
+        "a dry run changes nothing"
+    );
+
+    let run = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(compression(&run), Some(2), "{:?}", run.stages);
+    assert!(h.has(kept, "valid_to IS NULL").await);
+    for id in folded {
+        assert!(h.has(id, "valid_to IS NOT NULL").await, "folded away");
+        assert_eq!(
+            h.count(
+                &h.tenant,
+                "fragment_links",
+                &format!(
+                    "from_id = '{id}' AND to_id = '{kept}' AND relation_type = 'superseded_by'"
+                )
+            )
+            .await,
+            1
+        );
+    }
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "fragment_links",
+            &format!("from_id = '{kept}' AND to_id = '{linked}' AND relation_type = 'related'")
+        )
+        .await,
+        1,
+        "a folded fragment's links move to the kept one"
+    );
+    for id in kept_apart {
+        assert!(h.has(id, "valid_to IS NULL").await, "{id} was folded");
+    }
+    assert_eq!(
+        h.db.count_rows(
+            h.other.tenant_id,
+            "fragments",
+            &format!(
+                "id IN ('{}', '{}', '{}') AND valid_to IS NULL",
+                elsewhere[0], elsewhere[1], elsewhere[2]
+            )
+        )
+        .await,
+        3,
+        "another tenant's fragments are untouched"
+    );
+}
+
+/// [`Harness::statement`] with owned assignments.
+async fn note(
+    h: &Harness,
+    tenant: &TestTenant,
+    content: &str,
+    topic: &str,
+    assignments: String,
+) -> Uuid {
+    h.statement(tenant, content, topic, &assignments).await
+}

@@ -456,6 +456,11 @@ pub struct ConsolidationConfig {
     pub dedup_similarity: f32,
     pub dedup_min_overlap: f64,
     pub dedup_per_run: i64,
+    pub compress_age_days: i32,
+    pub compress_max_importance: f32,
+    pub compress_similarity: f32,
+    pub compress_min_group: usize,
+    pub compress_per_run: i64,
     /// The language models, tried in order; empty: none, their stages are
     /// skipped.
     pub llm: Vec<LlmConfig>,
@@ -516,6 +521,8 @@ pub struct GatewayConfig {
     pub remember_urls: Vec<String>,
     pub backend_timeout: Duration,
     pub backend_attempts: usize,
+    /// Longest wait for one instance's answer to a call that may go to another.
+    pub backend_attempt_timeout: Duration,
     pub backend_eject: Duration,
     /// `Some`: balance over every address of the backend hosts, resolved
     /// on this interval.
@@ -771,8 +778,10 @@ pub struct EmbeddingConfig {
     pub openai: OpenAiConfig,
     pub worker_batch_size: usize,
     pub worker_sweep_interval: Duration,
-    /// Deadline of one embedding call.
-    pub call_timeout: Duration,
+    /// Deadline of one query embedding call (someone is waiting).
+    pub query_timeout: Duration,
+    /// Deadline of one passage embedding call (the background worker).
+    pub passage_timeout: Duration,
     /// Embedding calls in flight per process.
     pub concurrency: usize,
     /// Longest wait for a free embedding slot.
@@ -954,6 +963,9 @@ impl Config {
             remember_urls,
             backend_timeout: r.millis(settings::BACKEND_TIMEOUT_MS),
             backend_attempts: r.positive(settings::BACKEND_ATTEMPTS),
+            backend_attempt_timeout: Duration::from_millis(
+                r.positive(settings::BACKEND_ATTEMPT_TIMEOUT_MS) as u64,
+            ),
             backend_eject: r.secs(settings::BACKEND_EJECT_SECS),
             backend_resolve_every: Some(Duration::from_secs(
                 r.value(settings::BACKEND_RESOLVE_SECS),
@@ -1186,7 +1198,10 @@ impl Config {
             worker_sweep_interval: Duration::from_secs(
                 r.positive(settings::EMBED_SWEEP_SECS) as u64
             ),
-            call_timeout: Duration::from_millis(r.positive(settings::EMBED_TIMEOUT_MS) as u64),
+            query_timeout: Duration::from_millis(r.positive(settings::EMBED_TIMEOUT_MS) as u64),
+            passage_timeout: Duration::from_millis(
+                r.positive(settings::EMBED_PASSAGE_TIMEOUT_MS) as u64
+            ),
             concurrency: r.positive(settings::EMBED_CONCURRENCY),
             queue_wait: r.millis(settings::EMBED_QUEUE_WAIT_MS),
             max_attempts: i16::try_from(r.positive(settings::EMBED_MAX_ATTEMPTS))
@@ -1249,6 +1264,13 @@ impl Config {
             dedup_similarity: r.value(settings::DEDUP_SIMILARITY),
             dedup_min_overlap: r.value(settings::DEDUP_MIN_OVERLAP),
             dedup_per_run: i64::try_from(r.positive(settings::DEDUP_PER_RUN)).unwrap_or(i64::MAX),
+            compress_age_days: i32::try_from(r.value::<u32>(settings::COMPRESS_AGE_DAYS))
+                .unwrap_or(i32::MAX),
+            compress_max_importance: r.value(settings::COMPRESS_MAX_IMPORTANCE),
+            compress_similarity: r.value(settings::COMPRESS_SIMILARITY),
+            compress_min_group: r.positive(settings::COMPRESS_MIN_GROUP).max(2),
+            compress_per_run: i64::try_from(r.positive(settings::COMPRESS_PER_RUN))
+                .unwrap_or(i64::MAX),
         };
         if !(-1.0 <= consolidation.supersession_min_similarity
             && consolidation.supersession_min_similarity
@@ -1268,6 +1290,15 @@ impl Config {
                 "{} must be between -1 and 1 and {} between 0 and 1",
                 settings::DEDUP_SIMILARITY.name,
                 settings::DEDUP_MIN_OVERLAP.name
+            ));
+        }
+        if !(-1.0..=1.0).contains(&consolidation.compress_similarity)
+            || !(0.0..=1.0).contains(&consolidation.compress_max_importance)
+        {
+            r.problem(format!(
+                "{} must be between -1 and 1 and {} between 0 and 1",
+                settings::COMPRESS_SIMILARITY.name,
+                settings::COMPRESS_MAX_IMPORTANCE.name
             ));
         }
         let llm = LlmConfig {

@@ -70,8 +70,10 @@ settings! {
             "Deadline of each gateway→backend gRPC call, in milliseconds, retries on other instances included; propagated to the backend.";
         BACKEND_ATTEMPTS = "MNEME_BACKEND_ATTEMPTS", Some("3"),
             "Most backend instances one call is sent to. A call that fails in transport (connection refused or broken) goes to another instance: reads and `remember` calls with an `idempotencyKey` always, other writes only when the connection was never made. 1 turns failover off.";
+        BACKEND_ATTEMPT_TIMEOUT_MS = "MNEME_BACKEND_ATTEMPT_TIMEOUT_MS", Some("4000"),
+            "How long a call that may go to another instance (a read, a `remember` with an `idempotencyKey`) waits for one instance's answer, in milliseconds, before it abandons that instance as hung, ejects it and goes to the next, within `MNEME_BACKEND_TIMEOUT_MS`. Calls with no other instance to go to, and other writes, wait out the whole deadline.";
         BACKEND_EJECT_SECS = "MNEME_BACKEND_EJECT_SECS", Some("5"),
-            "Seconds a backend instance gets no calls after one failed in transport (it gets calls again sooner if every instance is ejected).";
+            "Seconds a backend instance gets no calls after one failed in transport or gave no answer within `MNEME_BACKEND_ATTEMPT_TIMEOUT_MS` (it gets calls again sooner if every instance is ejected).";
         BACKEND_RESOLVE_SECS = "MNEME_BACKEND_RESOLVE_SECS", Some("0"),
             "Re-resolve the recall and remember hosts every this many seconds and balance calls over all their addresses (for Kubernetes headless Services, so pods the autoscaler adds get traffic at once). 0: one connection per backend host, re-resolved only when it reconnects (a single backend, or a service mesh that balances).";
         AUTH_CACHE_SECS = "MNEME_AUTH_CACHE_SECS", Some("10"),
@@ -105,7 +107,7 @@ settings! {
         RATE_LIMIT_KEY_WRITES = "MNEME_RATE_LIMIT_KEY_WRITES", Some("300"),
             "Calls of writing tools (`remember`, `amend`, `forget`, …) per window for one API key, counted on top of the key's request limit.";
         RATE_LIMIT_IP = "MNEME_RATE_LIMIT_IP", Some("60"),
-            "Failed authentications per client IP and window. Once reached, the IP's requests without valid credentials get 429 before any database lookup. Requests with valid credentials are limited per key and tenant instead, because claude.ai and ChatGPT reach mneme from a few shared IP ranges.";
+            "Failed authentications (a wrong or unknown credential; a request without any, as connector discovery starts, does not count) per client IP and window. Once reached, the IP's requests without valid credentials get 429 before any database lookup. Requests with valid credentials are limited per key and tenant instead, because claude.ai and ChatGPT reach mneme from a few shared IP ranges.";
         USAGE_FLUSH_SECS = "MNEME_USAGE_FLUSH_SECS", Some("30"),
             "How often each gateway pod adds its counted tool calls to `api_key_usage` (the durable daily usage record; `daily_call_limit` is enforced from Redis).";
     }
@@ -285,7 +287,9 @@ settings! {
         EMBED_RETRY_BACKOFF_SECS = "MNEME_EMBED_RETRY_BACKOFF_SECS", Some("60"),
             "Wait before the first retry of a rejected fragment; each further retry waits twice as long.";
         EMBED_TIMEOUT_MS = "MNEME_EMBED_TIMEOUT_MS", Some("8000"),
-            "Deadline of one embedding call (any provider), in milliseconds. A query whose embedding misses it is answered by the lexical layers; a stored fragment stays queued and is retried.";
+            "Deadline of one query embedding call (any provider), in milliseconds. A query whose embedding misses it is answered by the lexical layers.";
+        EMBED_PASSAGE_TIMEOUT_MS = "MNEME_EMBED_PASSAGE_TIMEOUT_MS", Some("120000"),
+            "Deadline of one embedding call for stored fragments (a batch of the embedding worker), in milliseconds. Nobody waits on these calls, so it is longer than the query deadline: on a loaded host a batch that misses a short deadline is thrown away and retried, and the queue drains slowly or not at all. A batch that misses it stays queued and the next one is halved.";
         EMBED_CONCURRENCY = "MNEME_EMBED_CONCURRENCY", Some("6"),
             "Embedding calls one process runs at once; further calls wait in line (first come, first served), so a slow provider cannot pile up work across the whole process.";
         EMBED_QUEUE_WAIT_MS = "MNEME_EMBED_QUEUE_WAIT_MS", Some("3000"),
@@ -316,6 +320,16 @@ settings! {
             "Share of their words (Jaccard over lexemes) two fragments must share to be merged as duplicates.";
         DEDUP_PER_RUN = "MNEME_DEDUP_PER_RUN", Some("50"),
             "New fragments checked for duplicates per consolidation of a tenant.";
+        COMPRESS_AGE_DAYS = "MNEME_COMPRESS_AGE_DAYS", Some("30"),
+            "Compression of old fragment groups looks at fragments not recalled for this many days (or, never recalled, created that long ago).";
+        COMPRESS_MAX_IMPORTANCE = "MNEME_COMPRESS_MAX_IMPORTANCE", Some("0.5"),
+            "Compression looks only at fragments below this importance (anchors and permanent fragments never).";
+        COMPRESS_SIMILARITY = "MNEME_COMPRESS_SIMILARITY", Some("0.9"),
+            "Old fragments of the same key and topic at or above this cosine similarity to the group's most important one are folded into it. The reference uses 0.80, which with multilingual-e5-small joins most statements of a topic (unrelated sentences score 0.75-0.85), so mneme's default is stricter.";
+        COMPRESS_MIN_GROUP = "MNEME_COMPRESS_MIN_GROUP", Some("3"),
+            "Compression folds a group only when it has at least this many fragments (the kept one included).";
+        COMPRESS_PER_RUN = "MNEME_COMPRESS_PER_RUN", Some("500"),
+            "Old fragments one consolidation of a tenant considers for compression, the most important first (the comparison is pairwise within a key and topic).";
         CONTRADICTION_SIMILARITY = "MNEME_CONTRADICTION_SIMILARITY", Some("0.85"),
             "Contradiction detection compares each new fragment with its most similar older fragments of the same key and topic at or above this cosine similarity. The verdict comes from rules (negated claims, same sentence with other numbers), not from the similarity.";
         CONTRADICTION_AMBIGUOUS_SIMILARITY = "MNEME_CONTRADICTION_AMBIGUOUS_SIMILARITY", Some("0.95"),

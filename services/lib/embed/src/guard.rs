@@ -1,5 +1,6 @@
 //! Embedding-call hardening, the same for every provider: a per-call
-//! deadline, a process-wide limit on calls in flight with a bounded wait for
+//! deadline (short for queries, which someone waits on; long for passages,
+//! which only the background worker embeds), a process-wide limit on calls in flight with a bounded wait for
 //! a slot, and Prometheus metrics.
 //!
 //! Without the limit a slow provider turns every recall into a waiter and
@@ -77,7 +78,8 @@ fn kind_label(kind: TextKind) -> &'static str {
 /// Limits for [`Guarded`].
 #[derive(Debug, Clone, Copy)]
 pub struct GuardLimits {
-    pub call_timeout: Duration,
+    pub query_timeout: Duration,
+    pub passage_timeout: Duration,
     pub concurrency: usize,
     pub queue_wait: Duration,
 }
@@ -128,9 +130,12 @@ impl Embedder for Guarded {
             )));
         };
         metrics.in_flight.inc();
+        let deadline = match kind {
+            TextKind::Query => self.limits.query_timeout,
+            TextKind::Passage => self.limits.passage_timeout,
+        };
         let started = Instant::now();
-        let outcome =
-            tokio::time::timeout(self.limits.call_timeout, self.inner.embed(texts, kind)).await;
+        let outcome = tokio::time::timeout(deadline, self.inner.embed(texts, kind)).await;
         metrics.in_flight.dec();
         metrics
             .seconds
@@ -153,7 +158,7 @@ impl Embedder for Guarded {
                 metrics.calls.with_label_values(&[label, "timeout"]).inc();
                 Err(EmbedError::Unavailable(format!(
                     "embedding call exceeded its {} ms deadline",
-                    self.limits.call_timeout.as_millis()
+                    deadline.as_millis()
                 )))
             }
         }
@@ -187,7 +192,8 @@ mod tests {
         Arc::new(Guarded::new(
             Arc::new(Sleeper),
             GuardLimits {
-                call_timeout: Duration::from_millis(200),
+                query_timeout: Duration::from_millis(200),
+                passage_timeout: Duration::from_millis(2000),
                 concurrency,
                 queue_wait: Duration::from_millis(100),
             },
@@ -213,6 +219,25 @@ mod tests {
                 .await
                 .is_ok()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn passages_get_the_longer_deadline() {
+        let embedder = guarded(1);
+        assert!(
+            embedder
+                .embed(&["1000".into()], TextKind::Passage)
+                .await
+                .is_ok(),
+            "a passage batch may take longer than a query"
+        );
+        let before = count("passage", "timeout");
+        let error = embedder
+            .embed(&["3000".into()], TextKind::Passage)
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("2000 ms"), "{error}");
+        assert_eq!(count("passage", "timeout"), before + 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -115,7 +115,8 @@ pub fn from_config(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>
     Ok(Arc::new(guard::Guarded::new(
         embedder,
         guard::GuardLimits {
-            call_timeout: config.call_timeout,
+            query_timeout: config.query_timeout,
+            passage_timeout: config.passage_timeout,
             concurrency: config.concurrency,
             queue_wait: config.queue_wait,
         },

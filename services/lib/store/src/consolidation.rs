@@ -161,6 +161,29 @@ pub struct StageRules {
     pub reflections_kept: i64,
     pub contradiction: ContradictionRules,
     pub dedup: DedupRules,
+    pub compression: CompressionRules,
+}
+
+/// Which old fragments compression folds together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompressionRules {
+    pub age_days: i32,
+    pub max_importance: f32,
+    pub similarity: f32,
+    /// Fragments a group needs, the kept one included.
+    pub min_group: usize,
+    pub per_run: i64,
+}
+
+/// An old fragment and one of its similar old neighbours of the same key
+/// and topic, both compression candidates.
+#[derive(Debug, Clone)]
+pub struct CompressionPair {
+    pub key_id: Uuid,
+    pub seed_id: Uuid,
+    pub seed: String,
+    pub neighbour_id: Uuid,
+    pub neighbour: String,
 }
 
 /// Thresholds of semantic de-duplication.
@@ -517,13 +540,73 @@ pub async fn similar_older_pairs(
         .collect())
 }
 
-/// Merges a duplicate into the newer statement of it: the older one is
-/// superseded (valid until now, importance halved, a `superseded_by`
-/// link), and its other links are copied to the newer one so the graph
-/// keeps them. Returns whether it merged (false when either is gone).
+/// Merges a duplicate into the newer statement of it (see [`fold_into`]).
 pub async fn merge_duplicate(tx: &TenantTx<'_>, pair: &SimilarPair) -> Result<bool> {
-    let superseded =
-        crate::fragments::supersede(tx, &[pair.key_id], &[pair.older_id], pair.newer_id).await?;
+    fold_into(tx, pair.key_id, pair.older_id, pair.newer_id).await
+}
+
+/// Old (not recalled for `age_days`), unimportant, valid, embedded
+/// fragments (anchors and permanent ones never), at most `per_run` of
+/// them, most important first; each paired with every other of them of the
+/// same key and topic at or above `similarity`. Rows come by the first
+/// one's rank, then the neighbour's, so a caller can group greedily.
+pub async fn compression_pairs(
+    tx: &TenantTx<'_>,
+    now: DateTime<Utc>,
+    rules: &CompressionRules,
+) -> Result<Vec<CompressionPair>> {
+    let rows = tx
+        .query(
+            "WITH ranked AS MATERIALIZED (
+                 SELECT c.*, row_number() OVER (
+                            ORDER BY c.importance DESC, c.last_seen DESC, c.id) AS rank
+                   FROM (SELECT id, key_id, topic, content, embedding, importance,
+                                COALESCE(accessed_at, created_at) AS last_seen
+                           FROM mneme.fragments
+                          WHERE tenant_id = $1 AND valid_to IS NULL AND embedding IS NOT NULL
+                            AND NOT is_anchor AND ttl_tier <> 'permanent' AND importance < $3
+                            AND COALESCE(accessed_at, created_at)
+                                < $2::timestamptz - make_interval(days => $4)
+                          ORDER BY importance DESC, COALESCE(accessed_at, created_at) DESC, id
+                          LIMIT $5) c)
+             SELECT s.key_id, s.id, s.content, m.id, m.content
+               FROM ranked s
+               JOIN ranked m ON m.key_id = s.key_id AND m.topic = s.topic AND m.id <> s.id
+              WHERE 1 - (m.embedding <=> s.embedding) >= $6
+              ORDER BY s.rank, m.rank",
+            &[
+                &tx.tenant_id(),
+                &now,
+                &rules.max_importance,
+                &rules.age_days,
+                &rules.per_run,
+                &f64::from(rules.similarity),
+            ],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| CompressionPair {
+            key_id: row.get(0),
+            seed_id: row.get(1),
+            seed: row.get(2),
+            neighbour_id: row.get(3),
+            neighbour: row.get(4),
+        })
+        .collect())
+}
+
+/// Folds `merged_id` into `kept_id` (same key): the merged one is
+/// superseded (valid until now, importance halved, a `superseded_by`
+/// link), and its other links are copied to the kept one so the graph
+/// keeps them. Returns whether it folded (false when either is gone).
+pub async fn fold_into(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    merged_id: Uuid,
+    kept_id: Uuid,
+) -> Result<bool> {
+    let superseded = crate::fragments::supersede(tx, &[key_id], &[merged_id], kept_id).await?;
     if superseded.is_empty() {
         return Ok(false);
     }
@@ -538,7 +621,7 @@ pub async fn merge_duplicate(tx: &TenantTx<'_>, pair: &SimilarPair) -> Result<bo
             AND l.relation_type <> 'superseded_by'
             AND NOT (l.from_id = $3 OR l.to_id = $3)
          ON CONFLICT DO NOTHING",
-        &[&tx.tenant_id(), &pair.older_id, &pair.newer_id],
+        &[&tx.tenant_id(), &merged_id, &kept_id],
     )
     .await?;
     Ok(true)
