@@ -247,6 +247,21 @@ install_helm_test_tools() {
         || die "installing the Helm chart's test tools failed"
 }
 
+# The dependency policy check (deny.toml: licenses, sources, banned crates),
+# built from crates.io once into mneme's own directory. Its advisories check
+# needs the RustSec database from GitHub, which is not reachable here
+# (docs/SECURITY.md).
+CARGO_DENY_VERSION=0.20.2
+install_cargo_deny() {
+    [[ "${MNEME_INSTALL_TEST_TOOLS:-0}" == 1 ]] || return 0
+    local root="$MNEME_STATE_DIR/cargo-deny"
+    if [[ "$("$root/bin/cargo-deny" --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]]; then
+        step "building cargo-deny $CARGO_DENY_VERSION (the dependency policy check)"
+        cargo install --quiet --locked --root "$root" --version "$CARGO_DENY_VERSION" cargo-deny \
+            || die "building cargo-deny failed"
+    fi
+}
+
 # Roles: mneme_owner owns the database and runs migrations (it may create
 # databases for tests); mneme_app is what the services log in as. mneme_app
 # receives its privileges through the NOLOGIN role mneme_service, which the
@@ -368,6 +383,7 @@ export MNEME_TEST_MCP_SERVERS="$MNEME_STATE_DIR/mcp-servers/node_modules"
 export MNEME_BROWSER_TEST_DIR="$MNEME_STATE_DIR/browser-tests"
 export MNEME_TEST_HELM_TOOLS="$MNEME_STATE_DIR/helm-tools"
 export MNEME_TEST_PG_CA_FILE="$MNEME_STATE_DIR/pg-tls/ca.pem"
+export MNEME_CARGO_DENY="$MNEME_STATE_DIR/cargo-deny/bin/cargo-deny"
 # libgomp threads otherwise spin between embedding batches.
 export OMP_WAIT_POLICY="\${OMP_WAIT_POLICY:-PASSIVE}"
 EOF
@@ -385,6 +401,7 @@ main() {
     install_mcp_test_servers
     install_browser_test_tools
     install_helm_test_tools
+    install_cargo_deny
     create_database
     enable_postgres_tls
     write_env

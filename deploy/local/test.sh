@@ -29,6 +29,9 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # The default build (without candle) must compile on its own.
 cargo check -p mneme-embed --locked
 
+step "dependency policy (deny.toml: licenses, sources, banned crates)"
+"$MNEME_CARGO_DENY" --locked check --hide-inclusion-graph bans licenses sources
+
 step "tests [$(elapsed)]"
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --workspace --all-features --locked --profile ci
