@@ -255,6 +255,21 @@ impl Drop for PrivatePostgres {
     }
 }
 
+const STOP: &str = "-STOP";
+const CONTINUE: &str = "-CONT";
+
+/// Sends `signal` (an argument of kill(1)) to a running child process.
+fn send_signal(child: Option<&Child>, name: &str, signal: &str) {
+    let pid = child
+        .and_then(Child::id)
+        .unwrap_or_else(|| panic!("{name} is not running"));
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {name} failed");
+}
+
 /// A Redis server of one test, keeping nothing on disk (as the shared one).
 #[derive(Debug)]
 pub struct PrivateRedis {
@@ -282,6 +297,17 @@ impl PrivateRedis {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
+    }
+
+    /// SIGSTOP: connections stay open and nothing answers (a hung server,
+    /// worse than a dead one) until [`Self::resume`].
+    pub fn pause(&self) {
+        send_signal(self.child.as_ref(), "redis-server", STOP);
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) {
+        send_signal(self.child.as_ref(), "redis-server", CONTINUE);
     }
 
     /// Starts the server (again) on its port and waits until it answers.
@@ -361,6 +387,21 @@ impl ServiceProcess {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
+    }
+
+    /// SIGSTOP: the process stays, its sockets stay open, and it answers
+    /// nothing (a frozen or partitioned pod) until [`Self::resume`].
+    pub fn pause(&self) {
+        self.signal(STOP);
+    }
+
+    /// SIGCONT after [`Self::pause`].
+    pub fn resume(&self) {
+        self.signal(CONTINUE);
+    }
+
+    fn signal(&self, signal: &str) {
+        send_signal(self.child.as_ref(), &self.name, signal);
     }
 
     /// Starts the process again with the same settings.

@@ -4,12 +4,18 @@
 //!
 //! - Redis killed for `MNEME_FAULT_OUTAGE_SECS` (30 by default) under mixed
 //!   load: memory tools keep answering; recovery is automatic.
+//! - Redis frozen (SIGSTOP) for `MNEME_FAULT_HANG_SECS` (15 by default)
+//!   under mixed load: no call fails, and service is normal again at once.
 //! - PostgreSQL crashed (`pg_ctl stop -m immediate`) and started again:
 //!   calls fail fast with a retryable error, no process dies, full service
 //!   within 5 s of the database being back.
 //! - A recall and a remember instance killed with SIGKILL under load: the
 //!   gateway fails reads and keyed writes over to the other instance; no
 //!   write is lost or doubled.
+//! - A recall and a remember instance frozen (SIGSTOP: connections open,
+//!   no answers): reads and keyed writes leave it after
+//!   `MNEME_BACKEND_ATTEMPT_TIMEOUT_MS` for the other instance, instead of
+//!   failing after the whole deadline.
 //! - A gateway pod killed under its clients: they go on on the other pod
 //!   with their session ids, losing only the calls in flight.
 //! - No lost writes: `MNEME_FAULT_WRITES` (10 000 by default) remembers
@@ -587,6 +593,41 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_redis_hung_memory_tools_keep_answering_and_recover_by_themselves() {
+    let hang = Duration::from_secs(setting("MNEME_FAULT_HANG_SECS", 15));
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 1,
+        consolidator: false,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Hung, not dead: connections stay open and no command is answered or
+    // refused, so only deadlines tell.
+    phase.set("hung");
+    cluster.redis.pause();
+    tokio::time::sleep(hang).await;
+    phase.set("after");
+    cluster.redis.resume();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let tally = load.finish(&mut cluster).await;
+    let report = json!({
+        "scenario": "redis_hung",
+        "hang_secs": hang.as_secs(),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("hung") > 10, "too little load ran: {report:#}");
+    assert_eq!(tally.failed("hung"), 0, "{report:#}");
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     let outage = Duration::from_secs(setting("MNEME_FAULT_PG_OUTAGE_SECS", 10));
     let mut cluster = Cluster::start(Shape {
@@ -699,6 +740,82 @@ async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
     assert!(doubled.is_empty(), "written more than once: {doubled:?}");
     assert_eq!(counts.len() as u64, acknowledged, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_backend_instance_costs_no_call_only_the_attempt_timeout() {
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 2,
+        remember: 2,
+        consolidator: false,
+        settings: &[
+            ("MNEME_BACKEND_ATTEMPT_TIMEOUT_MS", "1000"),
+            ("MNEME_BACKEND_TIMEOUT_MS", "10000"),
+            ("MNEME_BACKEND_EJECT_SECS", "3"),
+        ],
+    })
+    .await;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, 6, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // Frozen, not dead: the connections stay open and nothing answers, so
+    // only a deadline tells the gateway. Long enough for several ejection
+    // periods to end and the hung instances to be tried again.
+    // Paused first: a call counted as "hung" never reached the instances
+    // before they froze (one they were executing can hold row locks that
+    // its retry on the other instance then waits for).
+    cluster.recall[0].pause();
+    cluster.remember[0].pause();
+    phase.set("hung");
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    phase.set("after");
+    cluster.recall[0].resume();
+    cluster.remember[0].resume();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tally = load.finish(&mut cluster).await;
+    let slowest = tally.ok_quantile("hung", 1.0);
+    let report = json!({
+        "scenario": "backend_hung",
+        "slowest_ok_ms": slowest.as_millis(),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("hung") > 50, "too little load ran: {report:#}");
+    // Without the attempt timeout, every call round robin sent to a frozen
+    // instance failed after the whole 10 s deadline.
+    assert_eq!(tally.failed("hung"), 0, "{report:#}");
+    assert!(
+        slowest < Duration::from_secs(6),
+        "a call waited {slowest:?} on the hung instance: {report:#}"
+    );
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+    // A keyed remember abandoned on the frozen instance and sent again to
+    // the other one landed at most once. Every acknowledged one landed; a
+    // failed one (its row locked by the frozen instance's transaction) may
+    // have landed when that instance resumed.
+    let phases = ["before", "hung", "after"];
+    let acknowledged: u64 = phases
+        .iter()
+        .map(|phase| tally.count(phase, |kind| kind == "remember ok"))
+        .sum();
+    let unknown: u64 = phases
+        .iter()
+        .map(|phase| {
+            tally.count(phase, |kind| {
+                kind.starts_with("remember ") && kind != "remember ok"
+            })
+        })
+        .sum();
+    let counts = cluster.count_by_idempotency_key().await;
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(doubled.is_empty(), "written more than once: {doubled:?}");
+    let stored = counts.len() as u64;
+    assert!(
+        (acknowledged..=acknowledged + unknown).contains(&stored),
+        "{stored} stored, {acknowledged} acknowledged, {unknown} unknown: {report:#}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

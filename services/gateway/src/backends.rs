@@ -12,6 +12,13 @@
 //!   refused). A write whose connection broke mid-call is reported as
 //!   unavailable with its outcome unknown, never as failed or done.
 //!
+//! An instance that gives no answer at all (frozen, partitioned, stuck) is
+//! treated the same way once `MNEME_BACKEND_ATTEMPT_TIMEOUT_MS` has passed,
+//! for calls that may go elsewhere: the attempt is cancelled, the instance
+//! ejected, and the call sent to the next instance with what is left of the
+//! deadline. Without this every call round robin sends to a hung instance
+//! would wait out its whole deadline and fail.
+//!
 //! Answers an instance sends (including `Unavailable` because its database
 //! is down) are final: they say nothing about the instance's health.
 
@@ -64,6 +71,8 @@ pub struct BackendSettings {
     pub eject_for: Duration,
     /// Most instances one call is sent to.
     pub attempts: usize,
+    /// Longest wait for one instance when another may take the call.
+    pub attempt_timeout: Duration,
 }
 
 impl BackendSettings {
@@ -75,6 +84,7 @@ impl BackendSettings {
             resolve_every: config.backend_resolve_every,
             eject_for: config.backend_eject,
             attempts: config.backend_attempts,
+            attempt_timeout: config.backend_attempt_timeout,
         }
     }
 }
@@ -88,6 +98,7 @@ pub struct Backends {
     signer: PrincipalSigner,
     timeout: Duration,
     attempts: usize,
+    attempt_timeout: Duration,
 }
 
 /// Which transport failures a call may be retried after.
@@ -104,7 +115,8 @@ enum Retry {
 enum TransportFailure {
     /// The connection could not be made: the call never left.
     NotSent,
-    /// The connection broke: the instance may have acted on the call.
+    /// The connection broke, or the instance gave no answer in time: it
+    /// may have acted on the call.
     Lost,
 }
 
@@ -154,6 +166,7 @@ impl Backends {
             signer,
             timeout: settings.timeout,
             attempts: settings.attempts.max(1),
+            attempt_timeout: settings.attempt_timeout,
         })
     }
 
@@ -194,8 +207,28 @@ impl Backends {
             };
             let started = Instant::now();
             let remaining = deadline.saturating_duration_since(started);
+            let may_go_elsewhere = retry == Retry::Lost
+                && tried.len() + 1 < self.attempts
+                && pool.instances().len() > tried.len() + 1;
+            let wait = if may_go_elsewhere {
+                remaining.min(self.attempt_timeout)
+            } else {
+                remaining
+            };
+            // The instance is given the whole deadline: only this caller
+            // stops waiting early (dropping the call cancels it there).
             let request = self.request(principal, message.clone(), remaining);
-            let result = rpc(instance.channel.clone(), request).await;
+            let (result, no_answer) =
+                match tokio::time::timeout(wait, rpc(instance.channel.clone(), request)).await {
+                    Ok(result) => (result, false),
+                    Err(_) => (
+                        Err(tonic::Status::deadline_exceeded(format!(
+                            "no answer within {} ms",
+                            wait.as_millis()
+                        ))),
+                        true,
+                    ),
+                };
             let code = match &result {
                 Ok(_) => tonic::Code::Ok,
                 Err(status) => status.code(),
@@ -208,8 +241,13 @@ impl Backends {
                 Ok(response) => return Ok(response.into_inner()),
                 Err(status) => status,
             };
-            let Some(failure) = transport_failure(&status) else {
-                return Err(from_status(&status));
+            let failure = if no_answer && may_go_elsewhere {
+                TransportFailure::Lost
+            } else {
+                match transport_failure(&status) {
+                    Some(failure) => failure,
+                    None => return Err(from_status(&status)),
+                }
             };
             pool.eject(&instance);
             tried.push(instance);
