@@ -5,6 +5,7 @@
 //! that keep it safe.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -98,16 +99,22 @@ async fn discover(stack: &Stack) -> Endpoints {
     }
 }
 
-async fn register(endpoints: &Endpoints, bearer: Option<&str>) -> String {
-    let mut request = http().post(&endpoints.register).json(&json!({
+/// `POST /register` of the test connector; bound to `bearer`'s key when
+/// one is given.
+fn registration(endpoints: &Endpoints, bearer: Option<&str>) -> reqwest::RequestBuilder {
+    let request = http().post(&endpoints.register).json(&json!({
         "client_name": "Test connector",
         "redirect_uris": [CALLBACK],
         "token_endpoint_auth_method": "none",
     }));
-    if let Some(key) = bearer {
-        request = request.bearer_auth(key);
+    match bearer {
+        Some(key) => request.bearer_auth(key),
+        None => request,
     }
-    let response = request.send().await.unwrap();
+}
+
+async fn register(endpoints: &Endpoints, bearer: Option<&str>) -> String {
+    let response = registration(endpoints, bearer).send().await.unwrap();
     assert_eq!(response.status(), 201);
     let body: Value = response.json().await.unwrap();
     body["client_id"].as_str().unwrap().to_owned()
@@ -135,11 +142,16 @@ fn rand_bytes() -> [u8; 48] {
 
 /// The sign-in page as a browser gets it: the form's hidden fields and the
 /// cookie the form is bound to.
+#[derive(Clone)]
 struct Page {
     status: u16,
     html: String,
     fields: HashMap<String, String>,
     cookie: Option<String>,
+    /// The browser's address as a proxy in front of mneme names it
+    /// (`X-Forwarded-For`; mneme believes it with
+    /// `MNEME_TRUSTED_PROXY_HOPS=1`). `None`: the test's own address.
+    forwarded_for: Option<String>,
 }
 
 fn hidden_fields(html: &str) -> HashMap<String, String> {
@@ -211,6 +223,7 @@ async fn page_of(response: reqwest::Response) -> Page {
         fields: hidden_fields(&html),
         html,
         cookie,
+        forwarded_for: None,
     }
 }
 
@@ -252,6 +265,9 @@ async fn post_page(
     let mut request = http().post(&endpoints.authorize).form(&form);
     if let Some(cookie) = &page.cookie {
         request = request.header("cookie", cookie);
+    }
+    if let Some(address) = &page.forwarded_for {
+        request = request.header("x-forwarded-for", address);
     }
     request.send().await.unwrap()
 }
@@ -320,6 +336,72 @@ async fn authorize(
     query(&location, "code").expect("a code")
 }
 
+/// Signs in with `api_key` and redeems the code: the token answer.
+async fn tokens_for(endpoints: &Endpoints, client_id: &str, api_key: &str) -> Value {
+    let (verifier, challenge) = pkce();
+    let code = authorize(endpoints, client_id, api_key, &challenge).await;
+    let (status, tokens) = redeem(endpoints, &code, client_id, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    tokens
+}
+
+/// Presents `refresh_token` at the token endpoint as `client_id`.
+async fn refresh(endpoints: &Endpoints, client_id: &str, refresh_token: &str) -> (u16, Value) {
+    token(
+        endpoints,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+            ("client_id", client_id),
+        ],
+    )
+    .await
+}
+
+/// Asks `/revoke` to revoke `token` as `client_id`: the status and the
+/// JSON answer (`null` when empty).
+async fn revoke(endpoints: &Endpoints, client_id: &str, token: &str) -> (u16, Value) {
+    let response = http()
+        .post(&endpoints.revoke)
+        .form(&[("token", token), ("client_id", client_id)])
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap();
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// Refresh rotates `refresh_token` (a new refresh token, a working access
+/// token); presenting the replaced token again is refused and revokes the
+/// whole family, the rotated token too. The rotated tokens.
+async fn rotate_then_reuse(
+    stack: &Stack,
+    endpoints: &Endpoints,
+    client_id: &str,
+    refresh_token: &str,
+) -> Value {
+    let (status, rotated) = refresh(endpoints, client_id, refresh_token).await;
+    assert_eq!(status, 200, "{rotated}");
+    let second = rotated["refresh_token"].as_str().unwrap();
+    assert_ne!(second, refresh_token);
+    let access = rotated["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(recall_status(stack, access).await, 200);
+    let (status, reused) = refresh(endpoints, client_id, refresh_token).await;
+    assert_eq!(
+        (status, reused["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{reused}"
+    );
+    let (status, revoked) = refresh(endpoints, client_id, second).await;
+    assert_eq!(
+        (status, revoked["error_description"].as_str()),
+        (400, Some("the refresh token was revoked")),
+        "the whole family is revoked: {revoked}"
+    );
+    rotated
+}
+
 #[tokio::test]
 async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_refresh_token_revokes_the_family()
  {
@@ -382,53 +464,12 @@ async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_r
     assert_eq!(mneme_e2e_tests::fragment_ids(&recalled)[0], id);
 
     // Refresh rotates; presenting a replaced token revokes the family.
-    let first_refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
-    let (status, rotated) = token(
-        &endpoints,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &first_refresh),
-            ("client_id", &client_id),
-        ],
-    )
-    .await;
-    assert_eq!(status, 200, "{rotated}");
-    let second_refresh = rotated["refresh_token"].as_str().unwrap().to_owned();
-    assert_ne!(second_refresh, first_refresh);
-    let (status, reused) = token(
-        &endpoints,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &first_refresh),
-            ("client_id", &client_id),
-        ],
-    )
-    .await;
-    assert_eq!(
-        (status, reused["error"].as_str()),
-        (400, Some("invalid_grant"))
-    );
-    let (status, _) = token(
-        &endpoints,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &second_refresh),
-            ("client_id", &client_id),
-        ],
-    )
-    .await;
-    assert_eq!(status, 400, "the whole family is revoked");
+    let first_refresh = tokens["refresh_token"].as_str().unwrap();
+    let rotated = rotate_then_reuse(&stack, &endpoints, &client_id, first_refresh).await;
+    let second_refresh = rotated["refresh_token"].as_str().unwrap();
 
     // An unknown client must register again.
-    let (status, body) = token(
-        &endpoints,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &second_refresh),
-            ("client_id", "nobody"),
-        ],
-    )
-    .await;
+    let (status, body) = refresh(&endpoints, "nobody", second_refresh).await;
     assert_eq!(
         (status, body["error"].as_str()),
         (401, Some("invalid_client"))
@@ -454,7 +495,6 @@ async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_r
         .await
         .unwrap();
     assert_eq!(refused.status(), 401);
-    let _ = endpoints.revoke;
 }
 
 #[tokio::test]
@@ -564,50 +604,173 @@ async fn the_page_refuses_unknown_redirects_foreign_keys_forged_forms_and_denial
     );
 }
 
+/// The test's own web server of client metadata documents, on loopback.
+/// It counts the requests of every path and serves `/client.json` (a valid
+/// document), `/moved.json` (a redirect to `/moved-target.json`, a valid
+/// document for `/moved.json`'s URL) and `/big.json` (a valid document of
+/// more than 5 KB).
+struct DocumentServer {
+    addr: std::net::SocketAddr,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl DocumentServer {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let counted = hits.clone();
+        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+            *counted
+                .lock()
+                .unwrap()
+                .entry(uri.path().to_owned())
+                .or_default() += 1;
+            async move { serve_document(addr, uri.path()) }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, hits }
+    }
+
+    /// The URL (the client_id) of the document at `path`.
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// How many requests asked for `path`.
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    /// How many requests the server answered.
+    fn total_hits(&self) -> usize {
+        self.hits.lock().unwrap().values().sum()
+    }
+}
+
+fn serve_document(addr: std::net::SocketAddr, path: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let document = |client_path: &str| {
+        json!({
+            "client_id": format!("http://{addr}{client_path}"),
+            "client_name": "Metadata document client",
+            "redirect_uris": [CALLBACK],
+            "token_endpoint_auth_method": "none",
+        })
+    };
+    match path {
+        "/client.json" => axum::Json(document(path)).into_response(),
+        "/moved.json" => axum::response::Redirect::temporary("/moved-target.json").into_response(),
+        "/moved-target.json" => axum::Json(document("/moved.json")).into_response(),
+        "/big.json" => {
+            let mut big = document(path);
+            big["padding"] = json!("x".repeat(6 * 1024));
+            axum::Json(big).into_response()
+        }
+        _ => axum::http::StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 #[tokio::test]
-async fn a_client_id_metadata_document_is_fetched_and_private_addresses_are_refused_without_the_allowance()
+async fn a_client_id_metadata_document_client_signs_in_refreshes_and_reuse_revokes_the_family_with_the_document_fetched_once()
  {
-    // The test serves the client's metadata document itself, on loopback.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let document_url = format!("http://{}/client.json", listener.local_addr().unwrap());
-    let document = json!({
-        "client_id": document_url,
-        "client_name": "Metadata document client",
-        "redirect_uris": [CALLBACK],
-        "token_endpoint_auth_method": "none",
-    });
-    let app = axum::Router::new().route(
-        "/client.json",
-        axum::routing::get(move || {
-            let document = document.clone();
-            async move { axum::Json(document) }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    // Without the allowance, a loopback document is refused (SSRF guard).
-    let guarded = Stack::start("hash", &[]).await;
-    let endpoints = discover(&guarded).await;
-    let (_, challenge) = pkce();
-    let page = open_page(&endpoints, &document_url, CALLBACK, &challenge).await;
-    assert_eq!(page.status, 400, "{}", page.html);
-    guarded.shutdown().await.unwrap();
-
+    let documents = DocumentServer::start().await;
+    let client_id = documents.url("/client.json");
+    // The allowance lets mneme fetch the test's loopback document.
     let stack = Stack::start("hash", &[("MNEME_OUTBOUND_ALLOW_PRIVATE", "true")]).await;
     let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
     let endpoints = discover(&stack).await;
     let (verifier, challenge) = pkce();
-    let page = open_page(&endpoints, &document_url, CALLBACK, &challenge).await;
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
     assert_eq!(page.status, 200, "{}", page.html);
     assert!(page.html.contains("Metadata document client"));
     let location = submit(&endpoints, &page, &acme.api_key, "allow")
         .await
         .unwrap();
     let code = query(&location, "code").unwrap();
-    let (status, tokens) = redeem(&endpoints, &code, &document_url, &verifier).await;
+    let (status, tokens) = redeem(&endpoints, &code, &client_id, &verifier).await;
     assert_eq!(status, 200, "{tokens}");
     let mcp = stack.mcp(tokens["access_token"].as_str().unwrap()).await;
     mcp.ok("recall", json!({"text": "anything"})).await;
+
+    // Refresh rotates; presenting a replaced token revokes the family.
+    let refresh_token = tokens["refresh_token"].as_str().unwrap();
+    rotate_then_reuse(&stack, &endpoints, &client_id, refresh_token).await;
+
+    // A second authorization of the same client signs in afresh, with the
+    // document from the cache: fetched once for both, their tokens and
+    // the refreshes.
+    let tokens = tokens_for(&endpoints, &client_id, &acme.api_key).await;
+    let (status, _) = refresh(
+        &endpoints,
+        &client_id,
+        tokens["refresh_token"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "a new family after the revoked one");
+    assert_eq!(documents.hits("/client.json"), 1, "cached");
+}
+
+#[tokio::test]
+async fn client_id_metadata_documents_that_redirect_or_exceed_5_kb_are_refused() {
+    let documents = DocumentServer::start().await;
+    let stack = Stack::start("hash", &[("MNEME_OUTBOUND_ALLOW_PRIVATE", "true")]).await;
+    let endpoints = discover(&stack).await;
+    let (_, challenge) = pkce();
+    let refusal = |path: &str| {
+        let client_id = documents.url(path);
+        let endpoints = &endpoints;
+        let challenge = &challenge;
+        async move {
+            let page = open_page(endpoints, &client_id, CALLBACK, challenge).await;
+            assert_eq!(page.status, 400, "{}", page.html);
+            assert!(page.fields.is_empty(), "no form: {}", page.html);
+            page.html
+        }
+    };
+
+    // A redirect is not followed, even to a valid document for the client.
+    let html = refusal("/moved.json").await;
+    assert!(
+        html.contains("client metadata document answered 307"),
+        "{html}"
+    );
+    assert_eq!(documents.hits("/moved.json"), 1);
+    assert_eq!(documents.hits("/moved-target.json"), 0, "not followed");
+
+    let html = refusal("/big.json").await;
+    assert!(html.contains("larger than 5 KB"), "{html}");
+    assert_eq!(documents.hits("/big.json"), 1);
+}
+
+#[tokio::test]
+async fn without_the_allowance_client_id_metadata_documents_must_be_https_and_on_public_addresses()
+{
+    let documents = DocumentServer::start().await;
+    let stack = Stack::start("hash", &[]).await;
+    let endpoints = discover(&stack).await;
+    let (_, challenge) = pkce();
+    let port = documents.addr.port();
+    for (client_id, reason) in [
+        (
+            documents.url("/client.json"),
+            "a client metadata document must be served over https",
+        ),
+        // https, so only the address rule can refuse these.
+        (
+            format!("https://127.0.0.1:{port}/client.json"),
+            "client metadata host resolves to a non-public address",
+        ),
+        (
+            format!("https://localhost:{port}/client.json"),
+            "client metadata host resolves to a non-public address",
+        ),
+    ] {
+        let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+        assert_eq!(page.status, 400, "{client_id}: {}", page.html);
+        assert!(page.html.contains(reason), "{client_id}: {}", page.html);
+    }
+    assert_eq!(documents.total_hits(), 0, "nothing was fetched");
 }
 
 /// Creates a person in `tenant` with `role` and a known password.
@@ -637,6 +800,7 @@ async fn sign_in(endpoints: &Endpoints, page: &Page, email: &str, password: &str
         fields: hidden_fields(&html),
         html,
         cookie: page.cookie.clone(),
+        forwarded_for: page.forwarded_for.clone(),
     }
 }
 
@@ -1044,16 +1208,249 @@ async fn an_expired_access_token_is_refused_and_a_refresh_brings_a_working_one()
     );
     assert!(challenge.contains("resource_metadata="), "{challenge}");
 
-    let (status, refreshed) = token(
+    let (status, refreshed) = refresh(
         &endpoints,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", tokens["refresh_token"].as_str().unwrap()),
-            ("client_id", &client_id),
-        ],
+        &client_id,
+        tokens["refresh_token"].as_str().unwrap(),
     )
     .await;
     assert_eq!(status, 200, "{refreshed}");
     let fresh = refreshed["access_token"].as_str().unwrap().to_owned();
     assert_eq!(recall(fresh).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_code_redeemed_with_another_or_no_redirect_uri_is_refused_and_used_up() {
+    let stack = Stack::start("hash", &[]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (verifier, challenge) = pkce();
+    // A loopback URI: one the client may use, so only the exact match with
+    // the authorization request's can refuse it.
+    for redirect_uri in ["http://127.0.0.1:9/elsewhere", ""] {
+        let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+        let (status, body) = token(
+            &endpoints,
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", &code),
+                ("client_id", &client_id),
+                ("redirect_uri", redirect_uri),
+                ("code_verifier", &verifier),
+            ],
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_grant")),
+            "{redirect_uri:?}: {body}"
+        );
+        assert_eq!(
+            body["error_description"], "redirect_uri differs from the authorization request's",
+            "{redirect_uri:?}: {body}"
+        );
+        let (status, body) = redeem(&endpoints, &code, &client_id, &verifier).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_grant")),
+            "the refused redemption used the code up: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn revoking_a_refresh_token_ends_its_family_only_and_revoking_an_access_token_is_accepted() {
+    let stack = Stack::start("hash", &[]).await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let other_client = register(&endpoints, None).await;
+    let family = tokens_for(&endpoints, &client_id, &acme.api_key).await;
+    let another_family = tokens_for(&endpoints, &client_id, &acme.api_key).await;
+    let (status, rotated) = refresh(
+        &endpoints,
+        &client_id,
+        family["refresh_token"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{rotated}");
+    let replaced = rotated["refresh_token"].as_str().unwrap();
+
+    // Another client cannot revoke the token: it is told nothing (200, RFC
+    // 7009 §2.2) and the token still refreshes.
+    assert_eq!(
+        revoke(&endpoints, &other_client, replaced).await,
+        (200, Value::Null)
+    );
+    let (status, rotated) = refresh(&endpoints, &client_id, replaced).await;
+    assert_eq!(status, 200, "{rotated}");
+    let current = rotated["refresh_token"].as_str().unwrap();
+
+    // Its own client revokes it: the token no longer refreshes, nor does
+    // the family's replaced token (revoked with it, not merely reused).
+    assert_eq!(
+        revoke(&endpoints, &client_id, current).await,
+        (200, Value::Null)
+    );
+    for presented in [current, replaced] {
+        let (status, body) = refresh(&endpoints, &client_id, presented).await;
+        assert_eq!(
+            (
+                status,
+                body["error"].as_str(),
+                body["error_description"].as_str()
+            ),
+            (
+                400,
+                Some("invalid_grant"),
+                Some("the refresh token was revoked")
+            ),
+            "{body}"
+        );
+    }
+
+    // An access token is accepted (200) but not revoked: access tokens are
+    // not stored and end with their short lifetime. Its family stays
+    // usable, like any other family of the client.
+    let access = another_family["access_token"].as_str().unwrap();
+    assert_eq!(
+        revoke(&endpoints, &client_id, access).await,
+        (200, Value::Null)
+    );
+    assert_eq!(recall_status(&stack, access.to_owned()).await, 200);
+    let (status, body) = refresh(
+        &endpoints,
+        &client_id,
+        another_family["refresh_token"].as_str().unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "another family is untouched: {body}");
+
+    // Unknown tokens are accepted; unknown clients must register again.
+    assert_eq!(
+        revoke(&endpoints, &client_id, "no-such-token").await,
+        (200, Value::Null)
+    );
+    let (status, body) = revoke(&endpoints, "nobody", access).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
+}
+
+#[tokio::test]
+async fn registration_is_limited_per_address() {
+    let stack = Stack::start(
+        "hash",
+        &[
+            ("MNEME_RATE_LIMIT_REGISTER_IP", "3"),
+            ("MNEME_RATE_LIMIT_WINDOW_SECS", "3600"),
+            ("MNEME_TRUSTED_PROXY_HOPS", "1"),
+        ],
+    )
+    .await;
+    let endpoints = discover(&stack).await;
+    let from = |address: &'static str| {
+        registration(&endpoints, None)
+            .header("x-forwarded-for", address)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(from("203.0.113.7").await.unwrap().status(), 201);
+    }
+    let refused = from("203.0.113.7").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    assert_eq!(
+        from("198.51.100.9").await.unwrap().status(),
+        201,
+        "another address still registers"
+    );
+}
+
+#[tokio::test]
+async fn failed_sign_ins_are_throttled_per_address_whatever_the_account() {
+    let stack = Stack::start(
+        "hash",
+        &[
+            ("MNEME_RATE_LIMIT_IP", "3"),
+            ("MNEME_RATE_LIMIT_WINDOW_SECS", "3600"),
+            ("MNEME_TRUSTED_PROXY_HOPS", "1"),
+        ],
+    )
+    .await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let password = create_user(
+        &stack,
+        acme.tenant_id,
+        "owner@acme.example",
+        mneme_store::users::Role::Owner,
+    )
+    .await;
+    let endpoints = discover(&stack).await;
+    let client_id = register(&endpoints, None).await;
+    let (_, challenge) = pkce();
+    let page = open_page(&endpoints, &client_id, CALLBACK, &challenge).await;
+    let from = |address: &str| Page {
+        forwarded_for: Some(address.into()),
+        ..page.clone()
+    };
+    let guesser = from("203.0.113.7");
+    // Connector hosts share egress addresses, and each connection starts
+    // its discovery with a request without credentials: those guess
+    // nothing and must not use up the address's failures.
+    for _ in 0..5 {
+        let discovery = http()
+            .post(stack.mcp_url())
+            .header("x-forwarded-for", "198.51.100.9")
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(discovery.status(), 401);
+    }
+
+    // Three wrong passwords, each for another account (far below the
+    // per-account limit of ten)…
+    for n in 0..3 {
+        let wrong = sign_in(
+            &endpoints,
+            &guesser,
+            &format!("guess{n}@acme.example"),
+            "not the password at all",
+        )
+        .await;
+        assert_eq!(wrong.status, 200, "{}", wrong.html);
+        assert!(wrong.html.contains("do not match"), "{}", wrong.html);
+    }
+    // …and the address is refused before any check: the right password of
+    // an account never guessed, and a valid API key.
+    let refused = sign_in(&endpoints, &guesser, "owner@acme.example", password).await;
+    assert_eq!(refused.status, 429, "{}", refused.html);
+    let body: Value = serde_json::from_str(&refused.html).unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let (status, _) = submit(&endpoints, &guesser, &acme.api_key, "allow")
+        .await
+        .unwrap_err();
+    assert_eq!(status, 429);
+
+    // Another address, after its discovery requests, signs the same person
+    // in.
+    let signed_in = sign_in(
+        &endpoints,
+        &from("198.51.100.9"),
+        "owner@acme.example",
+        password,
+    )
+    .await;
+    assert_eq!(signed_in.status, 200, "{}", signed_in.html);
+    assert!(
+        signed_in.fields.contains_key("ticket"),
+        "{}",
+        signed_in.html
+    );
 }

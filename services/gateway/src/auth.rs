@@ -216,7 +216,13 @@ async fn failed(
     message: &str,
     why: AuthFailure,
 ) -> Response {
-    if let Some(ip) = client_ip {
+    // A request without credentials guesses nothing and costs no lookup;
+    // it is how every connector's discovery starts, from egress addresses
+    // that claude.ai and ChatGPT users share, so it must not use up the
+    // address's failures (and lock those users' sign-ins out).
+    if let Some(ip) = client_ip
+        && !matches!(why, AuthFailure::Missing)
+    {
         app.limiter.record_failed_auth(ip).await;
     }
     crate::metrics::METRICS
