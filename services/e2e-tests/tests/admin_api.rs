@@ -1,8 +1,10 @@
-//! The admin API (`/admin/api/`) over real HTTP: sign-in, CSRF, roles, and
-//! tenant isolation on every route (a tenant admin of A gets 404 for B's
-//! objects, a member cannot manage), keys whose secrets work on `/mcp`,
-//! import and export through the normal write path, sessions, the audit
-//! log, and a platform admin across tenants.
+//! The admin API (`/admin/api/`) over real HTTP: sign-in, CSRF, tenant
+//! isolation (a tenant admin of A gets 404 for B's objects), every
+//! documented route tried by every role against the role its OpenAPI entry
+//! names (a member cannot manage, an admin cannot touch owners, only
+//! platform admins manage tenants), keys whose secrets work on `/mcp`,
+//! import and export through the normal write path and the key's quota,
+//! sessions, the audit log, and a platform admin across tenants.
 
 use mneme_e2e_tests::Stack;
 use mneme_store::users::Role;
@@ -17,6 +19,14 @@ async fn add_user(stack: &Stack, tenant_id: Uuid, email: &str, role: Role) {
     mneme_test_support::create_user(&stack.db.store(), tenant_id, email, role, PASSWORD).await;
 }
 
+async fn add_platform_admin(stack: &Stack, email: &str) {
+    let db = stack.db.store().client().await.unwrap();
+    let hash = mneme_core::password::hash(PASSWORD).unwrap();
+    mneme_store::platform_admins::create(&db, email, &hash)
+        .await
+        .unwrap();
+}
+
 /// A signed-in dashboard session: its cookie and CSRF token.
 struct Person {
     base: String,
@@ -25,16 +35,23 @@ struct Person {
     http: reqwest::Client,
 }
 
+/// Asks to sign in as `email` with `password`.
+async fn try_sign_in(stack: &Stack, email: &str, password: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{}/admin/api/session", stack.http_addr))
+        .json(&json!({"email": email, "password": password}))
+        .send()
+        .await
+        .unwrap()
+}
+
 impl Person {
     async fn sign_in(stack: &Stack, email: &str) -> Person {
-        let base = format!("http://{}/admin/api", stack.http_addr);
-        let http = reqwest::Client::new();
-        let response = http
-            .post(format!("{base}/session"))
-            .json(&json!({"email": email, "password": PASSWORD}))
-            .send()
-            .await
-            .unwrap();
+        Person::sign_in_with(stack, email, PASSWORD).await
+    }
+
+    async fn sign_in_with(stack: &Stack, email: &str, password: &str) -> Person {
+        let response = try_sign_in(stack, email, password).await;
         assert_eq!(response.status(), 200, "{email} signs in");
         let set_cookie = response.headers()["set-cookie"]
             .to_str()
@@ -45,10 +62,10 @@ impl Person {
         let cookie = set_cookie.split(';').next().unwrap().to_owned();
         let body: Value = response.json().await.unwrap();
         Person {
-            base,
+            base: format!("http://{}/admin/api", stack.http_addr),
             cookie,
             csrf: body["csrfToken"].as_str().unwrap().to_owned(),
-            http,
+            http: reqwest::Client::new(),
         }
     }
 
@@ -80,6 +97,38 @@ impl Person {
         let (status, body) = self.call(method.clone(), path, body).await;
         assert!(status.is_success(), "{method} {path}: {status} {body}");
         body
+    }
+
+    /// `POST /memory/import` of an NDJSON body as `key`.
+    async fn import(&self, key: &str, ndjson: String) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(format!("{}/memory/import?key={key}", self.base))
+            .header("cookie", &self.cookie)
+            .header("x-csrf-token", &self.csrf)
+            .header("content-type", "application/x-ndjson")
+            .body(ndjson)
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status(),
+            response.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    /// The user `email` of the tenant, as `GET /users` lists it.
+    async fn user_id(&self, email: &str) -> String {
+        let users = self.ok(Method::GET, "/users", None).await;
+        users["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["email"] == email)
+            .unwrap_or_else(|| panic!("no user {email} in {users}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 }
 
@@ -117,12 +166,7 @@ async fn sign_in_sessions_and_csrf() {
     let w = world().await;
     let base = format!("http://{}/admin/api", w.stack.http_addr);
     let http = reqwest::Client::new();
-    let wrong = http
-        .post(format!("{base}/session"))
-        .json(&json!({"email": "owner@acme.test", "password": "not the password"}))
-        .send()
-        .await
-        .unwrap();
+    let wrong = try_sign_in(&w.stack, "owner@acme.test", "not the password").await;
     assert_eq!(wrong.status(), 401);
     let body: Value = wrong.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unauthenticated");
@@ -157,16 +201,7 @@ async fn sign_in_sessions_and_csrf() {
     let member = Person::sign_in(&w.stack, "member@acme.test").await;
     assert_eq!(member.get("/overview").await.0, 200);
     let owner = Person::sign_in(&w.stack, "owner@acme.test").await;
-    let users = owner.ok(Method::GET, "/users", None).await;
-    let member_id = users["users"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["email"] == "member@acme.test")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let member_id = owner.user_id("member@acme.test").await;
     owner
         .ok(
             Method::PATCH,
@@ -176,15 +211,7 @@ async fn sign_in_sessions_and_csrf() {
         .await;
     assert_eq!(member.get("/overview").await.0, 401);
     // The last owner cannot be demoted.
-    let own_id = users["users"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["email"] == "owner@acme.test")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let own_id = owner.user_id("owner@acme.test").await;
     let (status, body) = owner
         .call(
             Method::PATCH,
@@ -306,11 +333,10 @@ async fn keys_created_in_the_dashboard_work_and_revocation_is_immediate() {
 }
 
 #[tokio::test]
-async fn tenant_admins_see_only_their_tenant_and_members_cannot_manage() {
+async fn tenant_admins_see_only_their_tenant() {
     let w = world().await;
     let a_owner = Person::sign_in(&w.stack, "owner@acme.test").await;
     let b_owner = Person::sign_in(&w.stack, "owner@globex.test").await;
-    let member = Person::sign_in(&w.stack, "member@acme.test").await;
     // Objects of A: a key, a group, a memory, a session.
     let a_key = w.a.key_id.to_string();
     let group = a_owner
@@ -408,62 +434,8 @@ async fn tenant_admins_see_only_their_tenant_and_members_cannot_manage() {
     assert_eq!(a_owner.get(&format!("/memory/{memory}")).await.0, 200);
     assert_eq!(a_owner.get(&format!("/keys/{a_key}")).await.0, 200);
 
-    // A member reads but never manages.
-    for path in [
-        "/overview",
-        "/memory",
-        "/graph",
-        &format!("/memory/{memory}"),
-        "/sessions",
-    ] {
-        assert_eq!(member.get(path).await.0, 200, "member reads {path}");
-    }
-    let refused: Vec<(Method, String, Option<Value>)> = vec![
-        (Method::GET, "/keys".into(), None),
-        (
-            Method::POST,
-            "/keys".into(),
-            Some(json!({"name": "m", "permissions": ["read"]})),
-        ),
-        (Method::POST, format!("/keys/{a_key}/revoke"), None),
-        (Method::GET, "/users".into(), None),
-        (
-            Method::POST,
-            "/users".into(),
-            Some(json!({"email": "x@acme.test", "role": "owner", "password": PASSWORD})),
-        ),
-        (Method::POST, "/groups".into(), Some(json!({"name": "m"}))),
-        (
-            Method::PATCH,
-            format!("/memory/{memory}"),
-            Some(json!({"importance": 0.1})),
-        ),
-        (Method::DELETE, format!("/memory/{memory}"), None),
-        (Method::DELETE, format!("/sessions/{session}"), None),
-        (Method::POST, format!("/sessions/{session}/reflect"), None),
-        (Method::GET, "/memory/export".into(), None),
-        (
-            Method::POST,
-            "/consolidation/run".into(),
-            Some(json!({"dryRun": true})),
-        ),
-        (Method::GET, "/audit".into(), None),
-        (
-            Method::POST,
-            "/tenants".into(),
-            Some(json!({"name": "evil"})),
-        ),
-    ];
-    for (method, path, body) in refused {
-        let (status, answer) = member.call(method.clone(), &path, body).await;
-        assert_eq!(status, 403, "{method} {path} as a member: {answer}");
-        assert_eq!(answer["error"]["code"], "permission_denied");
-    }
-    // A tenant owner is not a platform admin.
-    let (status, _) = a_owner
-        .call(Method::POST, "/tenants", Some(json!({"name": "another"})))
-        .await;
-    assert_eq!(status, 403);
+    // What members, admins and owners may do on every route is swept in
+    // `every_route_enforces_the_role_its_document_names`.
     let tenants = a_owner.ok(Method::GET, "/tenants", None).await;
     assert_eq!(tenants["tenants"].as_array().unwrap().len(), 1);
 
@@ -508,6 +480,378 @@ async fn tenant_admins_see_only_their_tenant_and_members_cannot_manage() {
     assert_eq!(after.status(), 404);
     let listed = a_owner.ok(Method::GET, "/sessions", None).await;
     assert!(!listed.to_string().contains(&session));
+    w.stack.shutdown().await.unwrap();
+}
+
+/// One operation of `/admin/api/openapi.json`.
+struct Documented {
+    method: Method,
+    /// Below `/admin/api`.
+    path: String,
+    /// Who may call it (`x-mneme-access`).
+    access: String,
+    /// Whether it takes `?tenant=` (platform admins name the tenant).
+    in_tenant: bool,
+}
+
+/// Every operation the admin API's OpenAPI document lists.
+async fn documented_routes(stack: &Stack) -> Vec<Documented> {
+    let document: Value =
+        reqwest::get(format!("http://{}/admin/api/openapi.json", stack.http_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let mut routes = Vec::new();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            routes.push(Documented {
+                method: Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),
+                path: path.strip_prefix("/admin/api").unwrap().to_owned(),
+                access: operation["x-mneme-access"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path} names no access level"))
+                    .to_owned(),
+                in_tenant: operation["parameters"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["name"] == "tenant"),
+            });
+        }
+    }
+    routes
+}
+
+/// Whether a person of `role` ("member", "admin", "owner", "platform") may
+/// call a route documented with `access`.
+fn admits(access: &str, role: &str) -> bool {
+    match access {
+        "anyone" | "signed in" | "any role" => true,
+        "manage" => role != "member",
+        "platform" => role == "platform",
+        other => panic!("unknown access level `{other}`: teach the role sweep"),
+    }
+}
+
+/// The ids of tenant A's objects that a path's `{…}` are aimed at.
+struct Aim {
+    tenant: String,
+    user: String,
+    key: String,
+    group: String,
+    memory: String,
+    session: String,
+}
+
+impl Aim {
+    fn at(&self, path: &str) -> String {
+        if !path.contains('{') {
+            return path.to_owned();
+        }
+        let id = match path.split('/').nth(1).unwrap_or_default() {
+            "tenants" => &self.tenant,
+            "users" => &self.user,
+            "keys" => &self.key,
+            "groups" => &self.group,
+            "memory" => &self.memory,
+            "sessions" => &self.session,
+            other => panic!("no object of A to aim /{other}/… at: add one to `Aim`"),
+        };
+        let aimed = path.replace("{id}", id).replace("{key_id}", &self.key);
+        assert!(
+            !aimed.contains('{'),
+            "{path} has a placeholder `Aim` does not fill"
+        );
+        aimed
+    }
+}
+
+/// Every route of the OpenAPI document, tried by every kind of person on
+/// A's real objects: no session gets 401; whoever the route's
+/// `x-mneme-access` leaves out gets `403 permission_denied` and changes
+/// nothing; whoever it admits reads successfully. A new route is swept as
+/// soon as it is documented (and every route is: see the gateway's
+/// `table` module).
+#[tokio::test]
+async fn every_route_enforces_the_role_its_document_names() {
+    let w = world().await;
+    add_user(&w.stack, w.a.tenant_id, "admin@acme.test", Role::Admin).await;
+    add_platform_admin(&w.stack, "ops@mneme.test").await;
+    let owner = Person::sign_in(&w.stack, "owner@acme.test").await;
+    let people = [
+        (
+            "member",
+            Person::sign_in(&w.stack, "member@acme.test").await,
+        ),
+        ("admin", Person::sign_in(&w.stack, "admin@acme.test").await),
+        ("owner", Person::sign_in(&w.stack, "owner@acme.test").await),
+        (
+            "platform",
+            Person::sign_in(&w.stack, "ops@mneme.test").await,
+        ),
+    ];
+    let mcp = w.stack.mcp(&w.a.api_key).await;
+    let memory = mcp
+        .remember_new("Acme sends its invoices on the first.", "billing", "fact")
+        .await;
+    let key = w.a.key_id.to_string();
+    let group = owner
+        .ok(Method::POST, "/groups", Some(json!({"name": "team"})))
+        .await["group"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    owner
+        .ok(Method::PUT, &format!("/groups/{group}/members/{key}"), None)
+        .await;
+    let aim = Aim {
+        tenant: w.a.tenant_id.to_string(),
+        // The owner: what a member or an admin may least touch.
+        user: owner.user_id("owner@acme.test").await,
+        key,
+        group,
+        memory,
+        session: owner.ok(Method::GET, "/sessions", None).await["sessions"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    };
+    // Every change is audited (and so is an export, a read).
+    let changes = || async {
+        let audit = owner.ok(Method::GET, "/audit", None).await;
+        let entries = audit["entries"].as_array().unwrap().clone();
+        entries
+            .into_iter()
+            .filter(|e| e["action"] != "memory.export")
+            .collect::<Vec<_>>()
+    };
+    let changes_before = changes().await;
+
+    let routes = documented_routes(&w.stack).await;
+    assert!(routes.len() >= 40, "{} documented operations", routes.len());
+    let mut refusals = 0;
+    for route in &routes {
+        let (method, access) = (&route.method, route.access.as_str());
+        let what = format!("{method} {}", route.path);
+        let path = aim.at(&route.path);
+        if access != "anyone" {
+            let anonymous = reqwest::Client::new()
+                .request(method.clone(), format!("{}{path}", owner.base))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(anonymous.status(), 401, "{what} without a session");
+        }
+        for (role, person) in &people {
+            let path = if *role == "platform" && route.in_tenant {
+                format!("{path}?tenant={}", aim.tenant)
+            } else {
+                path.clone()
+            };
+            if !admits(access, role) {
+                // Refused before the body is read: any body will do.
+                let body = (*method != Method::GET).then(|| json!({}));
+                let (status, body) = person.call(method.clone(), &path, body).await;
+                assert_eq!(status, 403, "{what} as {role} ({access}): {body}");
+                assert_eq!(body["error"]["code"], "permission_denied", "{what}");
+                refusals += 1;
+            } else if *method == Method::GET {
+                let (status, body) = person.get(&path).await;
+                assert!(
+                    status.is_success(),
+                    "{what} as {role} ({access}): {status} {body}"
+                );
+            }
+        }
+    }
+    assert!(refusals >= 25, "only {refusals} refusals");
+    // Nothing refused changed anything.
+    assert_eq!(changes().await, changes_before);
+
+    // `/metrics`: the pod's per-tool figures (of all its tenants) are the
+    // platform admins' alone; the tenant's people see the pod's health.
+    let (_, ops) = &people[3];
+    let pod = ops
+        .ok(
+            Method::GET,
+            &format!("/metrics?tenant={}", aim.tenant),
+            None,
+        )
+        .await;
+    assert!(
+        pod["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|t| t["tool"] == "remember")),
+        "{pod}"
+    );
+    for (role, person) in &people[..3] {
+        let seen = person.ok(Method::GET, "/metrics", None).await;
+        assert!(seen["requests"].as_u64().is_some_and(|n| n > 0), "{seen}");
+        assert!(
+            seen.get("tools").is_none() && !seen.to_string().contains("remember"),
+            "a tenant {role} sees the pod's tools: {seen}"
+        );
+    }
+    w.stack.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tenant_admins_manage_people_but_never_owners() {
+    const NEW_PASSWORD: &str = "a brand new passphrase for the member";
+    let w = world().await;
+    add_user(&w.stack, w.a.tenant_id, "admin@acme.test", Role::Admin).await;
+    let admin = Person::sign_in(&w.stack, "admin@acme.test").await;
+    let owner_id = admin.user_id("owner@acme.test").await;
+    let member_id = admin.user_id("member@acme.test").await;
+
+    // An admin neither resets, demotes nor disables an owner, nor makes one.
+    for (user, change) in [
+        (&owner_id, json!({"password": NEW_PASSWORD})),
+        (&owner_id, json!({"role": "member"})),
+        (&owner_id, json!({"status": "disabled"})),
+        (&member_id, json!({"role": "owner"})),
+    ] {
+        let (status, body) = admin
+            .call(
+                Method::PATCH,
+                &format!("/users/{user}"),
+                Some(change.clone()),
+            )
+            .await;
+        assert_eq!(status, 403, "{change} on {user}: {body}");
+        assert_eq!(body["error"]["code"], "permission_denied");
+    }
+    let (status, body) = admin
+        .call(
+            Method::POST,
+            "/users",
+            Some(json!({"email": "owner2@acme.test", "role": "owner", "password": PASSWORD})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let users = admin.ok(Method::GET, "/users", None).await;
+    let by_email = |email: &str| {
+        users["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["email"] == email)
+            .cloned()
+    };
+    let owner = by_email("owner@acme.test").unwrap();
+    assert_eq!(
+        (&owner["role"], &owner["status"]),
+        (&json!("owner"), &json!("active"))
+    );
+    assert_eq!(by_email("member@acme.test").unwrap()["role"], "member");
+    assert!(by_email("owner2@acme.test").is_none(), "{users}");
+    assert_eq!(
+        try_sign_in(&w.stack, "owner@acme.test", NEW_PASSWORD)
+            .await
+            .status(),
+        401
+    );
+    Person::sign_in(&w.stack, "owner@acme.test").await;
+
+    // An admin resets a member's password: the new one signs in, the old
+    // one no longer does.
+    admin
+        .ok(
+            Method::PATCH,
+            &format!("/users/{member_id}"),
+            Some(json!({"password": NEW_PASSWORD})),
+        )
+        .await;
+    assert_eq!(
+        try_sign_in(&w.stack, "member@acme.test", PASSWORD)
+            .await
+            .status(),
+        401
+    );
+    let member = Person::sign_in_with(&w.stack, "member@acme.test", NEW_PASSWORD).await;
+    let me = member.ok(Method::GET, "/session", None).await;
+    assert_eq!(me["me"]["email"], "member@acme.test");
+    // The reset is audited, as a reset: the password is not.
+    let audit = admin.ok(Method::GET, "/audit", None).await;
+    assert!(
+        audit["entries"].as_array().unwrap().iter().any(|e| {
+            e["action"] == "user.update"
+                && e["target"] == "member@acme.test"
+                && e["actor"] == "admin@acme.test"
+                && e["detail"]["passwordReset"] == true
+        }),
+        "{audit}"
+    );
+    assert!(!audit.to_string().contains(NEW_PASSWORD));
+    w.stack.shutdown().await.unwrap();
+}
+
+/// The import writes in batches of up to 200 lines, each one transaction
+/// checked against the key's fragment limit. A file that outgrows the
+/// limit stores the batches that fit and reports, line by line, what was
+/// stored (with ids) and what the quota refused.
+#[tokio::test]
+async fn an_import_past_a_keys_fragment_limit_reports_what_was_stored_and_what_was_refused() {
+    // More lines than one batch, so that part of the file fits.
+    const LIMIT: usize = 201;
+    const LINES: usize = LIMIT + 2;
+    let w = world().await;
+    let owner = Person::sign_in(&w.stack, "owner@acme.test").await;
+    let created = owner
+        .ok(
+            Method::POST,
+            "/keys",
+            Some(json!({"name": "importer", "permissions": ["read", "write"],
+                        "fragmentLimit": LIMIT})),
+        )
+        .await;
+    let key = created["key"]["id"].as_str().unwrap().to_owned();
+    let ndjson: String = (1..=LINES)
+        .map(|i| {
+            format!(
+                "{}\n",
+                json!({"content": format!("Warehouse {i} ships orders from dock {}.", i * 7),
+                       "topic": "warehouses", "type": "fact"})
+            )
+        })
+        .collect();
+    let (status, report) = owner.import(&key, ndjson).await;
+    assert_eq!(status, 200, "{report}");
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), LINES, "every line is reported: {report}");
+    let imported = report["imported"].as_u64().unwrap() as usize;
+    let failed = report["failed"].as_u64().unwrap() as usize;
+    assert!(
+        imported > 0 && failed > 0,
+        "part of the file fits, part does not: {report}"
+    );
+    assert!(imported <= LIMIT, "{report}");
+    assert_eq!(
+        (imported + failed, report["duplicates"].as_u64()),
+        (LINES, Some(0))
+    );
+    let stored: Vec<&str> = results
+        .iter()
+        .filter(|r| r["status"] == "created")
+        .map(|r| r["id"].as_str().expect("a stored line's id"))
+        .collect();
+    assert_eq!(stored.len(), imported);
+    for refused in results.iter().filter(|r| r["status"] != "created") {
+        assert_eq!(refused["status"], "rejected", "{refused}");
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(error.contains("limit"), "a quota refusal: {refused}");
+    }
+    // What the report says was stored is stored, and nothing more.
+    let shown = owner.ok(Method::GET, &format!("/keys/{key}"), None).await;
+    assert_eq!(shown["key"]["fragments"], imported, "{shown}");
+    for id in [stored[0], stored[stored.len() - 1]] {
+        assert_eq!(owner.get(&format!("/memory/{id}")).await.0, 200, "{id}");
+    }
+    let audit = owner.ok(Method::GET, "/audit", None).await;
+    assert_eq!(audit["entries"][0]["action"], "memory.import", "{audit}");
+    assert_eq!(audit["entries"][0]["detail"]["imported"], imported);
     w.stack.shutdown().await.unwrap();
 }
 
@@ -595,24 +939,13 @@ async fn memory_browse_amend_forget_export_and_import() {
     assert_eq!(ndjson.lines().count(), 5, "{ndjson}");
     let b_owner = Person::sign_in(&w.stack, "owner@globex.test").await;
     let import = format!("{ndjson}{{\"content\": \"no topic or type\"}}\n");
-    let upload = |body: String| {
-        reqwest::Client::new()
-            .post(format!(
-                "http://{}/admin/api/memory/import?key={}",
-                w.stack.http_addr, w.b.key_id
-            ))
-            .header("cookie", &b_owner.cookie)
-            .header("x-csrf-token", &b_owner.csrf)
-            .header("content-type", "application/x-ndjson")
-            .body(body)
-            .send()
-    };
-    let result: Value = upload(import.clone()).await.unwrap().json().await.unwrap();
+    let b_key = w.b.key_id.to_string();
+    let (_, result) = b_owner.import(&b_key, import.clone()).await;
     assert_eq!(result["imported"], 5, "{result}");
     assert_eq!(result["failed"], 1, "{result}");
     assert_eq!(result["results"][5]["line"], 6);
     assert_eq!(result["results"][5]["status"], "rejected");
-    let again: Value = upload(import).await.unwrap().json().await.unwrap();
+    let (_, again) = b_owner.import(&b_key, import).await;
     assert_eq!(again["imported"], 0, "{again}");
     assert_eq!(again["duplicates"], 5, "{again}");
     let b_memories = b_owner.ok(Method::GET, "/memory?limit=100", None).await;
@@ -641,13 +974,7 @@ async fn memory_browse_amend_forget_export_and_import() {
 #[tokio::test]
 async fn platform_admins_act_in_any_tenant_they_name() {
     let w = world().await;
-    {
-        let db = w.stack.db.store().client().await.unwrap();
-        let hash = mneme_core::password::hash(PASSWORD).unwrap();
-        mneme_store::platform_admins::create(&db, "ops@mneme.test", &hash)
-            .await
-            .unwrap();
-    }
+    add_platform_admin(&w.stack, "ops@mneme.test").await;
     let ops = Person::sign_in(&w.stack, "ops@mneme.test").await;
     let me = ops.ok(Method::GET, "/session", None).await;
     assert_eq!(me["me"]["kind"], "platform");

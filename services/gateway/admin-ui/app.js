@@ -1880,7 +1880,9 @@ async function screenMetrics(view) {
         ? lineChart({ width: 480, title: 'p95 latency over time, milliseconds', points: series, series: [{ key: 'p95Ms', label: 'p95 ms', color: '#0891b2' }] })
         : h('p', { class: 'muted', text: 'No samples yet.' }))));
     const tools = m.tools || [];
-    parts.push(h('section', { class: 'card flush', 'aria-labelledby': 'tools-title' },
+    // Tenant users get no per-tool table: it would show what every tenant
+    // on the pod does (docs/ADMIN.md).
+    if (m.tools) parts.push(h('section', { class: 'card flush', 'aria-labelledby': 'tools-title' },
       h('div', { class: 'card-head' }, h('h2', { id: 'tools-title', text: 'Tools on this pod' })),
       tools.length ? table({
         caption: 'Calls per tool',

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::{InTenant, Reply, json, not_found};
+use super::{InTenant, Reply, Standing, json, not_found};
 use crate::App;
 
 /// Pending embeddings above which the overview warns.
@@ -687,7 +687,14 @@ impl History {
 /// `GET /metrics`: this pod's request figures since it started, per tool,
 /// and the last hour in 10-second points. Fleet-wide figures are in
 /// Prometheus; this is the quick look.
-pub(crate) async fn metrics(State(app): State<App>, _scope: InTenant) -> Reply {
+///
+/// The pod serves every tenant and its counters carry no tenant, so they
+/// cannot be narrowed to the caller's. A tenant's people get the pod's
+/// health (requests, errors, latency and their course: how the service
+/// they use is doing, naming no tenant, key or tool); the per-tool table,
+/// which shows what the pod's tenants do, is for platform admins only.
+/// The tenant's own calls are in `GET /usage` and `GET /search-analytics`.
+pub(crate) async fn metrics(State(app): State<App>, scope: InTenant) -> Reply {
     let now = snapshot();
     let series: Vec<Value> = app
         .admin_history
@@ -697,8 +704,16 @@ pub(crate) async fn metrics(State(app): State<App>, _scope: InTenant) -> Reply {
         .iter()
         .map(|p| json!({ "at": p.at, "requests": p.requests, "errors": p.errors, "p95Ms": p.p95_ms }))
         .collect();
-    json(json!({
-        "scope": "this gateway pod, since it started",
+    json(metrics_view(
+        &now,
+        series,
+        scope.actor.standing == Standing::Platform,
+    ))
+}
+
+fn metrics_view(now: &Snapshot, series: Vec<Value>, per_tool: bool) -> Value {
+    let mut view = json!({
+        "scope": "this gateway pod, all tenants, since it started",
         "requests": now.requests.count,
         "errors": now.errors,
         "latency": {
@@ -706,20 +721,29 @@ pub(crate) async fn metrics(State(app): State<App>, _scope: InTenant) -> Reply {
             "p95Ms": now.requests.quantile_ms(0.95),
             "p99Ms": now.requests.quantile_ms(0.99),
         },
-        "tools": now.tools.iter().map(|(tool, (summed, errors))| json!({
-            "tool": tool,
-            "calls": summed.count,
-            "errors": errors,
-            "p50Ms": summed.quantile_ms(0.5),
-            "p95Ms": summed.quantile_ms(0.95),
-        })).collect::<Vec<_>>(),
         "series": series,
-    }))
+    });
+    if per_tool {
+        view["tools"] = now
+            .tools
+            .iter()
+            .map(|(tool, (summed, errors))| {
+                json!({
+                    "tool": tool,
+                    "calls": summed.count,
+                    "errors": errors,
+                    "p50Ms": summed.quantile_ms(0.5),
+                    "p95Ms": summed.quantile_ms(0.95),
+                })
+            })
+            .collect();
+    }
+    view
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Summed;
+    use super::{Snapshot, Summed, metrics_view};
 
     #[test]
     fn quantiles_come_from_bucket_bounds() {
@@ -737,5 +761,20 @@ mod tests {
         };
         // The last ten observations all took 10–100 ms.
         assert_eq!(summed.minus(&earlier).quantile_ms(0.5), Some(100.0));
+    }
+
+    #[test]
+    fn per_tool_figures_are_only_in_the_platform_view() {
+        let mut snapshot = Snapshot::default();
+        snapshot
+            .tools
+            .insert("recall".to_owned(), (Summed::default(), 2));
+        let platform = metrics_view(&snapshot, Vec::new(), true);
+        assert_eq!(platform["tools"][0]["tool"], "recall");
+        assert_eq!(platform["tools"][0]["errors"], 2);
+        let tenant = metrics_view(&snapshot, Vec::new(), false);
+        assert!(tenant.get("tools").is_none(), "{tenant}");
+        assert!(!tenant.to_string().contains("recall"), "{tenant}");
+        assert!(tenant["latency"].is_object() && tenant["series"].is_array());
     }
 }

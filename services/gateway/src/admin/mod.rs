@@ -12,6 +12,8 @@
 //! - `memory`: the memory browser, amend/forget, export/import, the graph;
 //! - `activity`: overview, MCP sessions, analytics, surfacing, upstreams,
 //!   consolidation, usage, this pod's metrics and the audit log;
+//! - `table`: every API route with who may call it; the router, the role
+//!   checks and the OpenAPI document are all built from it;
 //! - `openapi`: `/admin/api/openapi.json`.
 //!
 //! Isolation: a tenant user's requests only ever open transactions of
@@ -23,6 +25,7 @@ mod assets;
 mod memory;
 mod openapi;
 mod session;
+mod table;
 mod tenancy;
 
 use std::net::IpAddr;
@@ -32,7 +35,6 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use mneme_core::principal::DEFAULT_AGENT_ID;
 use mneme_core::{Error, ErrorCode, Permission, Principal};
@@ -47,63 +49,15 @@ use crate::error::ApiError;
 
 pub(crate) use activity::{History, SAMPLE_EVERY};
 pub(crate) use session::Signed;
+use table::Access;
 
 /// The admin routes: the dashboard's pages and the API behind sign-in.
 pub(crate) fn routes(app: &App) -> Router<App> {
-    let api = Router::new()
-        .route("/session", get(session::current).delete(session::sign_out))
-        .route(
-            "/tenants",
-            get(tenancy::tenants).post(tenancy::create_tenant),
-        )
-        .route(
-            "/tenants/{id}",
-            axum::routing::patch(tenancy::update_tenant),
-        )
-        .route("/users", get(tenancy::users).post(tenancy::create_user))
-        .route("/users/{id}", axum::routing::patch(tenancy::update_user))
-        .route("/keys", get(tenancy::keys).post(tenancy::create_key))
-        .route("/keys/{id}", get(tenancy::key).patch(tenancy::update_key))
-        .route("/keys/{id}/revoke", post(tenancy::revoke_key))
-        .route("/groups", get(tenancy::groups).post(tenancy::create_group))
-        .route("/groups/{id}", delete(tenancy::delete_group))
-        .route(
-            "/groups/{id}/members/{key_id}",
-            put(tenancy::add_member).delete(tenancy::remove_member),
-        )
-        .route("/memory", get(memory::browse))
-        .route("/memory/overview", get(memory::overview))
-        .route("/memory/export", get(memory::export))
-        .route("/memory/import", post(memory::import))
-        .route(
-            "/memory/{id}",
-            get(memory::show)
-                .patch(memory::amend)
-                .delete(memory::forget),
-        )
-        .route("/graph", get(memory::graph))
-        .route("/overview", get(activity::overview))
-        .route("/sessions", get(activity::sessions))
-        .route(
-            "/sessions/{id}",
-            get(activity::session).delete(activity::terminate_session),
-        )
-        .route("/sessions/{id}/reflect", post(activity::reflect_session))
-        .route("/search-analytics", get(activity::search_analytics))
-        .route("/surfacing", get(activity::surfacing))
-        .route("/upstreams", get(activity::upstreams))
-        .route("/consolidation/runs", get(activity::consolidation_runs))
-        .route("/consolidation/run", post(activity::run_consolidation))
-        .route("/usage", get(activity::usage))
-        .route("/metrics", get(activity::metrics))
-        .route("/audit", get(activity::audit))
-        .layer(middleware::from_fn_with_state(
-            app.clone(),
-            session::require_actor,
-        ))
-        // Signing in needs no session, and the API's description is public.
-        .route("/session", post(session::sign_in))
-        .route("/openapi.json", get(openapi::document))
+    // Every route but signing in and the API's description needs a session.
+    let api = table::api(Router::new(), |access| access != Access::Anyone).layer(
+        middleware::from_fn_with_state(app.clone(), session::require_actor),
+    );
+    let api = table::api(api, |access| access == Access::Anyone)
         .fallback(|| async { ApiError(Error::new(ErrorCode::NotFound, "no such admin API route")) })
         .layer(middleware::map_response(api_headers));
     Router::new()
