@@ -4,7 +4,8 @@
 //! operation here therefore *degrades* instead of failing: a Redis outage
 //! turns cache reads into misses, writes and publishes into no-ops (logged),
 //! and the caller carries on against PostgreSQL. Commands time out quickly
-//! so an unreachable Redis cannot stall a request.
+//! so an unreachable Redis cannot stall a request, and a hung one (connected,
+//! answering nothing) is found by pings and then skipped like a dead one.
 //!
 //! Layout: [`Cache`] (connection, key naming, health), the query-embedding
 //! cache, quota counts, session working memory ([`WorkingMemoryItem`]), ids
@@ -32,7 +33,8 @@ pub use relay::{Relay, RelayMessages, Relayed};
 pub use sessions::{SessionLifetime, SessionRecord};
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
@@ -44,6 +46,10 @@ use tokio::sync::broadcast;
 
 /// A command that takes longer than this is treated as a failure.
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often the client checks that Redis answers (see [`watch_answers`]).
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// Unanswered probes in a row after which Redis counts as hung.
+const PROBES_MISSED: u32 = 2;
 /// How long start-up waits for Redis before continuing degraded.
 const CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// Channel carrying tenant ids whose fragments await embeddings.
@@ -61,6 +67,8 @@ pub struct Cache {
     client: Client,
     config: Config,
     prefix: String,
+    /// False while Redis, though connected, answers nothing.
+    answering: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -68,6 +76,42 @@ impl std::fmt::Debug for Cache {
         f.debug_struct("Cache")
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
+    }
+}
+
+/// A hung Redis (a frozen or partitioned server: the socket stays open and
+/// nothing is answered or refused) leaves the client connected, so every
+/// command would wait out `COMMAND_TIMEOUT`, several per request. This pings
+/// Redis every `PROBE_EVERY`; after `PROBES_MISSED` unanswered pings in a
+/// row, callers skip Redis as when it is down, until a ping is answered
+/// again. Ends with the last clone of its [`Cache`].
+async fn watch_answers(client: Client, answering: Weak<AtomicBool>) {
+    let mut missed = 0;
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Some(answering) = answering.upgrade() else {
+            return;
+        };
+        if !client.is_connected() {
+            // Down, not hung: the client knows, and reconnects by itself.
+            missed = 0;
+            answering.store(true, Ordering::Relaxed);
+            continue;
+        }
+        let answered = tokio::time::timeout(COMMAND_TIMEOUT, Box::pin(client.ping::<String>(None)))
+            .await
+            .is_ok_and(|reply| reply.is_ok());
+        if answered {
+            missed = 0;
+            if !answering.swap(true, Ordering::Relaxed) {
+                tracing::info!("redis answers again");
+            }
+        } else {
+            missed += 1;
+            if missed >= PROBES_MISSED && answering.swap(false, Ordering::Relaxed) {
+                tracing::warn!("redis is connected but does not answer; going on without it");
+            }
+        }
     }
 }
 
@@ -195,10 +239,13 @@ impl Cache {
                 "redis is not reachable yet; continuing without it and reconnecting in the background"
             );
         }
+        let answering = Arc::new(AtomicBool::new(true));
+        tokio::spawn(watch_answers(client.clone(), Arc::downgrade(&answering)));
         Ok(Self {
             client,
             config,
             prefix: prefix.to_owned(),
+            answering,
         })
     }
 
@@ -218,11 +265,11 @@ impl Cache {
         key
     }
 
-    /// The client, or at once an error while it is disconnected: a command
-    /// sent while fred reconnects would wait for `COMMAND_TIMEOUT`, and
-    /// every caller here has a way to go on without Redis.
+    /// The client, or at once an error while it is disconnected or hung: a
+    /// command sent then would wait for `COMMAND_TIMEOUT`, and every caller
+    /// here has a way to go on without Redis.
     fn live(&self) -> Result<&Client, CacheError> {
-        if self.client.is_connected() {
+        if self.is_connected() {
             Ok(&self.client)
         } else {
             Err(CacheError(fred::error::Error::new(
@@ -230,6 +277,13 @@ impl Cache {
                 "not connected to Redis",
             )))
         }
+    }
+
+    /// True while the client is connected to Redis and Redis answers.
+    /// Callers skip Redis when it is not, instead of waiting for each
+    /// command to time out.
+    pub fn is_connected(&self) -> bool {
+        self.client.is_connected() && self.answering.load(Ordering::Relaxed)
     }
 
     /// True when Redis answers `PING`.

@@ -117,12 +117,6 @@ impl Cache {
         (record, init)
     }
 
-    /// True while the client is connected to Redis. Callers skip Redis when
-    /// it is not, instead of waiting for each command to time out.
-    pub fn is_connected(&self) -> bool {
-        self.client.is_connected()
-    }
-
     /// The session's record, its lifetime extended as a use of it.
     pub async fn touch_session(
         &self,
