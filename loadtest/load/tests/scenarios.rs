@@ -169,7 +169,7 @@ fn mixed_keeps_its_ratio() {
             "--warmup",
             "0.5",
             "--duration",
-            "2",
+            "4",
             "--seed-fragments",
             "50",
         ],
@@ -179,10 +179,14 @@ fn mixed_keeps_its_ratio() {
     let recalls = number(&report, "operations.recall.requests");
     let remembers = number(&report, "operations.remember.requests");
     assert!(remembers > 0.0, "{report:#}");
-    let ratio = recalls / remembers;
+    // Requests take their kind from their sequence number and the measured
+    // ones are (but for a request racing the warm-up's end) a contiguous run
+    // of them, so recalls are 3/4 of them within a request or two. A ratio
+    // band would not hold on a loaded machine's dozen requests (CI saw 9:2).
+    let share = recalls - 0.75 * (recalls + remembers);
     assert!(
-        (2.0..=4.0).contains(&ratio),
-        "recall:remember {ratio} in {report:#}"
+        share.abs() <= 2.0,
+        "{recalls} recalls and {remembers} remembers are not 3:1 in {report:#}"
     );
     assert_eq!(
         recalls + remembers,
