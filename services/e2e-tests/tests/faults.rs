@@ -608,7 +608,8 @@ async fn with_redis_hung_memory_tools_keep_answering_and_recover_by_themselves()
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Hung, not dead: connections stay open and no command is answered or
-    // refused, so only deadlines tell.
+    // refused, so the client stays "connected"; only unanswered commands
+    // (mneme-cache's pings) tell.
     phase.set("hung");
     cluster.redis.pause();
     tokio::time::sleep(hang).await;
