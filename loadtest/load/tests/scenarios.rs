@@ -277,8 +277,11 @@ fn surfacing_through_the_echo_upstream() {
 
 #[test]
 fn failures_are_counted_by_kind() {
-    // Each key may send 6 requests a minute (its session's set-up counts):
-    // the rest are refused with 429, however slow a loaded machine is.
+    // Each key may send 6 requests a day (its session's set-up counts): the
+    // rest are refused with 429, however slow a loaded machine is. Windows
+    // are fixed and epoch-aligned, so a run that straddles a boundary gets a
+    // second allowance (CI once crossed a minute's): a day-long window makes
+    // that rare, and the bound on successes allows for it.
     let json = std::env::temp_dir().join(format!("mneme-loadtest-429-{}.json", std::process::id()));
     let output = loadtest(&[
         "run",
@@ -297,6 +300,8 @@ fn failures_are_counted_by_kind() {
         "--quiet",
         "--setting",
         "MNEME_RATE_LIMIT_KEY=6",
+        "--setting",
+        "MNEME_RATE_LIMIT_WINDOW_SECS=86400",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -310,7 +315,11 @@ fn failures_are_counted_by_kind() {
     let _ = std::fs::remove_file(&json);
     let refused = number(&report, "total.errors_by_kind.http_429");
     assert!(refused > 0.0, "{report:#}");
-    assert!(number(&report, "total.ok") <= 12.0, "{report:#}");
+    let keys_times_windows = 2.0 * 2.0;
+    assert!(
+        number(&report, "total.ok") <= 6.0 * keys_times_windows,
+        "{report:#}"
+    );
     assert_eq!(
         number(&report, "total.ok") + number(&report, "total.errors"),
         number(&report, "total.requests")
