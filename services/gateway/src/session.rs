@@ -7,8 +7,8 @@
 //!
 //! - **Ids that prove their origin.** A session id is 18 random bytes and a
 //!   truncated HMAC of them under a key derived from the internal token,
-//!   base64url-encoded (visible ASCII). Any pod can tell an id mneme issued
-//!   from one it did not, without Redis.
+//!   base64url-encoded (visible ASCII; `mneme_core::session_id`). Any pod
+//!   can tell an id mneme issued from one it did not, without Redis.
 //! - **A record per session** in Redis ([`SessionRecord`]): the tenant and
 //!   key it belongs to, the negotiated protocol version and mode. Every
 //!   request extends it (sliding TTL, `MNEME_SESSION_TTL_SECS`).
@@ -42,11 +42,9 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
 use mneme_cache::{Cache, SessionLifetime, SessionRecord};
 use mneme_core::Principal;
+use mneme_core::session_id::SessionIds;
 use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
@@ -58,7 +56,6 @@ use rmcp::transport::streamable_http_server::session::{
     SessionStore, SessionStoreError,
 };
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use crate::App;
 use crate::jsonrpc::{self, McpCall};
@@ -68,53 +65,6 @@ pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 /// Assumed when a request names no version (MCP 2025-06-18, transports).
 const DEFAULT_VERSION: &str = "2025-03-26";
-
-const ID_RANDOM_BYTES: usize = 18;
-const ID_TAG_BYTES: usize = 12;
-
-/// Issues and checks session ids.
-pub(crate) struct SessionIds {
-    key: [u8; 32],
-}
-
-impl SessionIds {
-    pub(crate) fn new(internal_token: &str) -> Self {
-        let mut mac = <Hmac<Sha256>>::new_from_slice(internal_token.as_bytes())
-            .expect("HMAC takes keys of any length");
-        mac.update(b"mneme mcp session ids v1");
-        Self {
-            key: mac.finalize().into_bytes().into(),
-        }
-    }
-
-    fn tag(&self, random: &[u8]) -> [u8; ID_TAG_BYTES] {
-        let mut mac = <Hmac<Sha256>>::new_from_slice(&self.key).expect("any key length");
-        mac.update(random);
-        let full = mac.finalize().into_bytes();
-        let mut tag = [0; ID_TAG_BYTES];
-        tag.copy_from_slice(&full[..ID_TAG_BYTES]);
-        tag
-    }
-
-    pub(crate) fn issue(&self) -> String {
-        let random: [u8; ID_RANDOM_BYTES] = rand::random();
-        let mut raw = random.to_vec();
-        raw.extend_from_slice(&self.tag(&random));
-        URL_SAFE_NO_PAD.encode(raw)
-    }
-
-    /// Whether mneme issued `id` (under the current internal token).
-    pub(crate) fn verify(&self, id: &str) -> bool {
-        let Ok(raw) = URL_SAFE_NO_PAD.decode(id) else {
-            return false;
-        };
-        if raw.len() != ID_RANDOM_BYTES + ID_TAG_BYTES {
-            return false;
-        }
-        let (random, tag) = raw.split_at(ID_RANDOM_BYTES);
-        self.tag(random).ct_eq(tag).into()
-    }
-}
 
 /// rmcp's in-memory session manager, issuing mneme's ids.
 pub(crate) struct Sessions {
@@ -661,26 +611,4 @@ async fn reusable_session(
     let id = layer.cache.credential_session(credential).await.ok()??;
     let record = layer.touch(&id).await.ok()??;
     (!record.closed && belongs_to(&record, principal) && layer.ids.verify(&id)).then_some(id)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_visible_ascii_and_verifiable_only_under_their_key() {
-        let ids = SessionIds::new("a-secret-of-at-least-32-characters!!");
-        let id = ids.issue();
-        assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{id}");
-        assert!(ids.verify(&id));
-        assert_ne!(id, ids.issue());
-
-        let other = SessionIds::new("another-secret-of-at-least-32-chars!");
-        assert!(!other.verify(&id));
-        assert!(!ids.verify("not-a-session"));
-        assert!(!ids.verify(&uuid::Uuid::new_v4().to_string()));
-        let mut forged = id.clone().into_bytes();
-        forged[0] = if forged[0] == b'A' { b'B' } else { b'A' };
-        assert!(!ids.verify(std::str::from_utf8(&forged).unwrap()));
-    }
 }

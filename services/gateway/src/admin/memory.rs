@@ -10,9 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::IntoResponse;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
+use mneme_core::cursor::KeysetCursor;
 use mneme_core::{Error, Permission, Principal};
 use mneme_proto::v1;
 use mneme_store::fragments::{self, BrowseFilter, Fragment};
@@ -123,27 +121,6 @@ fn non_empty(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-fn encode_cursor(fragment: &Fragment) -> String {
-    URL_SAFE_NO_PAD.encode(format!(
-        "{}|{}",
-        fragment.created_at.to_rfc3339(),
-        fragment.id
-    ))
-}
-
-fn decode_cursor(cursor: &str) -> Result<(DateTime<Utc>, Uuid), Error> {
-    let invalid = || Error::invalid_argument("cursor is not one this API returned");
-    let raw = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
-    let raw = String::from_utf8(raw).map_err(|_| invalid())?;
-    let (at, id) = raw.split_once('|').ok_or_else(invalid)?;
-    Ok((
-        DateTime::parse_from_rfc3339(at)
-            .map_err(|_| invalid())?
-            .with_timezone(&Utc),
-        id.parse().map_err(|_| invalid())?,
-    ))
-}
-
 fn optional_key(raw: Option<&str>) -> Result<Option<Uuid>, Error> {
     raw.map(|k| k.parse().map_err(|_| not_found("key")))
         .transpose()
@@ -163,7 +140,10 @@ pub(crate) async fn browse(
         key_id: optional_key(non_empty(&query.key))?,
         workspace: non_empty(&query.workspace),
         include_invalid: query.include_invalid,
-        after: non_empty(&query.cursor).map(decode_cursor).transpose()?,
+        after: non_empty(&query.cursor)
+            .map(KeysetCursor::decode)
+            .transpose()?
+            .map(|cursor| (cursor.created_at, cursor.id)),
     };
     let mut db = app.store.client().await?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
@@ -171,7 +151,13 @@ pub(crate) async fn browse(
     let more = page.len() as i64 > limit;
     page.truncate(limit as usize);
     let names = key_names(&tx).await?;
-    let next = more.then(|| page.last().map(encode_cursor)).flatten();
+    let next = more.then(|| page.last()).flatten().map(|last| {
+        KeysetCursor {
+            created_at: last.created_at,
+            id: last.id,
+        }
+        .encode()
+    });
     json(json!({
         "items": page.iter().map(|f| summary(f, &names)).collect::<Vec<_>>(),
         "nextCursor": next,

@@ -1,16 +1,24 @@
-//! The pagination cursor of `recall`: where the next page starts, when the
-//! first page was taken and which query it continues, carried between
-//! requests as an opaque string (URL-safe base64, no padding, of a small JSON
-//! object `{"o": offset, "s": snapshot millis, "h": query digest}`).
+//! Pagination cursors, carried between requests as opaque strings (URL-safe
+//! base64, no padding):
 //!
-//! Cursors come back from callers, so [`PageCursor::decode`] treats them as
-//! untrusted input: anything that is not exactly what
-//! [`PageCursor::encode`] produces is an argument error, never a panic. The
-//! recall service checks the digest against the query and clamps the offset.
+//! - [`PageCursor`], `recall`'s: where the next page starts, when the first
+//!   page was taken and which query it continues (a small JSON object
+//!   `{"o": offset, "s": snapshot millis, "h": query digest}`). The recall
+//!   service checks the digest against the query and clamps the offset.
+//! - [`KeysetCursor`], the admin memory browser's: the creation time and id
+//!   of the last row shown (`unix microseconds|uuid`: every time PostgreSQL
+//!   can store, where RFC 3339 stops at year 9999); the next page starts
+//!   after it.
+//!
+//! Cursors come back from callers, so decoding treats them as untrusted
+//! input: anything that is not what encoding produces is an argument error,
+//! never a panic.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
@@ -47,6 +55,40 @@ impl PageCursor {
     }
 }
 
+/// A position in a list ordered by creation time, newest first, ties by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeysetCursor {
+    pub created_at: DateTime<Utc>,
+    pub id: Uuid,
+}
+
+impl KeysetCursor {
+    /// The opaque string handed to the caller.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!(
+            "{}|{}",
+            self.created_at.timestamp_micros(),
+            self.id
+        ))
+    }
+
+    /// Reads a cursor a caller sent back.
+    pub fn decode(raw: &str) -> Result<Self> {
+        let invalid = || Error::invalid_argument("cursor is not one this API returned");
+        let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let (micros, id) = text.split_once('|').ok_or_else(invalid)?;
+        Ok(Self {
+            created_at: micros
+                .parse()
+                .ok()
+                .and_then(DateTime::from_timestamp_micros)
+                .ok_or_else(invalid)?,
+            id: id.parse().map_err(|_| invalid())?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +113,35 @@ mod tests {
     fn garbage_cursors_are_argument_errors() {
         for raw in ["", "garbage", "e30", "!!!", "eyJvIjotMSwicyI6MCwiaCI6IiJ9"] {
             let err = PageCursor::decode(raw).unwrap_err();
+            assert_eq!(err.code, crate::ErrorCode::InvalidArgument, "{raw}");
+        }
+    }
+
+    #[test]
+    fn keyset_cursors_round_trip_to_the_microsecond_and_refuse_garbage() {
+        let cursor = KeysetCursor {
+            created_at: DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap(),
+            id: Uuid::new_v4(),
+        };
+        assert_eq!(KeysetCursor::decode(&cursor.encode()).unwrap(), cursor);
+        // Found by fuzzing: RFC 3339 cannot write years past 9999, which
+        // PostgreSQL stores.
+        let far = KeysetCursor {
+            created_at: DateTime::from_timestamp_micros(5_067_000_000_000_000_000).unwrap(),
+            ..cursor
+        };
+        assert_eq!(KeysetCursor::decode(&far.encode()).unwrap(), far);
+        let no_id = URL_SAFE_NO_PAD.encode("1700000000123456|");
+        let no_time = URL_SAFE_NO_PAD.encode(format!("yesterday|{}", cursor.id));
+        for raw in [
+            "",
+            "garbage",
+            "!!!",
+            &no_id,
+            &no_time,
+            &cursor.encode()[1..],
+        ] {
+            let err = KeysetCursor::decode(raw).unwrap_err();
             assert_eq!(err.code, crate::ErrorCode::InvalidArgument, "{raw}");
         }
     }

@@ -7,7 +7,8 @@
 //! - [`breaker`]: circuit breakers of outside services (a shared one, and a
 //!   single-probe one kept per tenant and dependency).
 //! - [`net`]: which addresses are public (the SSRF guards' rule).
-//! - [`cursor`]: the pagination cursor of `recall` (encode, untrusted decode).
+//! - [`cursor`]: pagination cursors of `recall` and of the admin memory
+//!   browser (encode, untrusted decode).
 //! - [`claims`]: rule-based claim extraction (subject, predicate, object,
 //!   polarity) for the symbolic layer.
 //! - [`contradiction`]: the rules that judge two similar memories
@@ -22,6 +23,7 @@
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
 //! - [`redact`]: secret and PII redaction.
 //! - [`scoring`]: Reciprocal Rank Fusion and the final score.
+//! - [`session_id`]: MCP session ids that prove mneme issued them.
 //! - [`timerange`]: time expressions (ISO, English, Korean) for recall filters.
 #![forbid(unsafe_code)]
 
@@ -39,6 +41,7 @@ pub mod policy;
 pub mod principal;
 pub mod redact;
 pub mod scoring;
+pub mod session_id;
 pub mod text;
 pub mod timerange;
 
