@@ -4,11 +4,16 @@
 //! Layout: [`Stack`] starts and stops a stack on a fresh database;
 //! [`Mcp`] wraps an rmcp client with helpers for tool calls;
 //! [`processes`] runs the services as separate processes with private
-//! PostgreSQL and Redis servers, for fault injection. The tests live in
-//! `tests/`.
+//! PostgreSQL and Redis servers, for fault injection, and [`fault_proxy`]
+//! puts latency, hangs and resets on the links to them; [`CapturedLogs`]
+//! holds what the in-process stack logged. The tests live in `tests/`.
 #![forbid(unsafe_code)]
 
+pub mod fault_proxy;
+mod logs;
 pub mod processes;
+
+pub use logs::CapturedLogs;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

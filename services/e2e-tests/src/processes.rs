@@ -219,6 +219,13 @@ impl PrivatePostgres {
             .unwrap_or_else(|e| panic!("migrating the private server failed: {e}"));
     }
 
+    /// [`Self::app_url`] through a proxy on loopback `port` (see
+    /// [`crate::fault_proxy`]).
+    pub fn app_url_via(&self, port: u16) -> String {
+        self.app_url
+            .replace(&format!("port={}", self.port), &format!("port={port}"))
+    }
+
     /// A client of this server with extra connection parameters.
     pub async fn connect(&self, params: &str) -> tokio_postgres::Client {
         let conninfo = format!("host=127.0.0.1 port={} {params}", self.port);

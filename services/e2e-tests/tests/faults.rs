@@ -9,6 +9,14 @@
 //! - PostgreSQL crashed (`pg_ctl stop -m immediate`) and started again:
 //!   calls fail fast with a retryable error, no process dies, full service
 //!   within 5 s of the database being back.
+//! - The services' link to PostgreSQL (through `fault_proxy`, which every
+//!   cluster here has) slowed by `MNEME_FAULT_LINK_DELAY_MS` (20) each way:
+//!   calls slow down and none fails. Every connection reset three times:
+//!   only calls at a reset fail, retryably, and the pools heal. Held for
+//!   `MNEME_FAULT_HOLD_SECS` (10; open and silent, as behind a partition):
+//!   once the services' probes find the database silent, calls fail at
+//!   once (those already waiting too) instead of after their deadline, and
+//!   full service is back within 5 s of the release.
 //! - A recall and a remember instance killed with SIGKILL under load: the
 //!   gateway fails reads and keyed writes over to the other instance; no
 //!   write is lost or doubled.
@@ -31,6 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mneme_e2e_tests::fault_proxy::{FaultProxy, LinkFault};
 use mneme_e2e_tests::processes::{
     HttpMcp, Outcome, PrivatePostgres, PrivateRedis, ServiceProcess, TempDir, free_port, wait_until,
 };
@@ -65,6 +74,9 @@ struct Shape {
 /// mneme as processes on a PostgreSQL and a Redis of its own.
 struct Cluster {
     pg: PrivatePostgres,
+    /// The services' only way to PostgreSQL (the test's own inspection
+    /// connections go direct).
+    pg_link: FaultProxy,
     redis: PrivateRedis,
     recall: Vec<ServiceProcess>,
     remember: Vec<ServiceProcess>,
@@ -80,13 +92,14 @@ struct Cluster {
 impl Cluster {
     async fn start(shape: Shape) -> Self {
         let pg = PrivatePostgres::start().await;
+        let pg_link = FaultProxy::start(([127, 0, 0, 1], pg.port).into()).await;
         let redis = PrivateRedis::start().await;
         let logs = TempDir::new("faults");
         let store = Store::connect(&pg.app_url, &StoreOptions::default()).unwrap();
         let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
 
         let mut common: Vec<(String, String)> = vec![
-            ("MNEME_DATABASE_URL".into(), pg.app_url.clone()),
+            ("MNEME_DATABASE_URL".into(), pg.app_url_via(pg_link.port)),
             ("MNEME_REDIS_URL".into(), redis.url()),
             ("MNEME_EMBEDDER".into(), "hash".into()),
             ("MNEME_INTERNAL_TOKEN".into(), INTERNAL_TOKEN.into()),
@@ -158,6 +171,7 @@ impl Cluster {
         });
         let mut cluster = Self {
             pg,
+            pg_link,
             redis,
             recall,
             remember,
@@ -297,6 +311,8 @@ struct Tally {
     examples: BTreeMap<String, String>,
     /// Latencies of successful calls, by phase.
     ok_latencies: BTreeMap<String, Vec<Duration>>,
+    /// Latencies of failed calls, by phase.
+    failed_latencies: BTreeMap<String, Vec<Duration>>,
 }
 
 impl Tally {
@@ -312,6 +328,10 @@ impl Tally {
                 .or_default()
                 .push(took);
         } else {
+            self.failed_latencies
+                .entry(phase.to_owned())
+                .or_default()
+                .push(took);
             let slowest = self.slowest_failure.entry(phase.to_owned()).or_default();
             *slowest = (*slowest).max(took);
             self.examples
@@ -334,6 +354,13 @@ impl Tally {
 
     fn failed(&self, phase: &str) -> u64 {
         self.count(phase, |kind| !kind.ends_with(" ok"))
+    }
+
+    /// Failed calls of `phase` that took longer than `limit`.
+    fn failed_slower_than(&self, phase: &str, limit: Duration) -> usize {
+        self.failed_latencies
+            .get(phase)
+            .map_or(0, |took| took.iter().filter(|t| **t > limit).count())
     }
 
     /// The `q` quantile of successful calls' latencies in `phase`.
@@ -511,6 +538,52 @@ async fn full_service(cluster: &Cluster, probe: &str) -> bool {
             .is_ok()
 }
 
+/// Every acknowledged keyed `remember` of `phases` landed, exactly once; a
+/// failed one (its outcome unknown to the client) landed at most once.
+async fn assert_keyed_writes_truthful(
+    cluster: &Cluster,
+    tally: &Tally,
+    phases: &[&str],
+    report: &Value,
+) {
+    let acknowledged: u64 = phases
+        .iter()
+        .map(|phase| tally.count(phase, |kind| kind == "remember ok"))
+        .sum();
+    let unknown: u64 = phases
+        .iter()
+        .map(|phase| {
+            tally.count(phase, |kind| {
+                kind.starts_with("remember ") && kind != "remember ok"
+            })
+        })
+        .sum();
+    let counts = cluster.count_by_idempotency_key().await;
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(doubled.is_empty(), "written more than once: {doubled:?}");
+    let stored = counts.len() as u64;
+    assert!(
+        (acknowledged..=acknowledged + unknown).contains(&stored),
+        "{stored} stored, {acknowledged} acknowledged, {unknown} unknown: {report:#}"
+    );
+}
+
+/// Calls failed in `phase` only with a code that tells the client to retry:
+/// a tool error `unavailable` or `timeout`, or HTTP 503 when the credential
+/// itself cannot be checked.
+fn assert_failures_retryable(tally: &Tally, phase: &str, report: &Value) {
+    let unexpected = tally.count(phase, |kind| {
+        !(kind.ends_with(" ok")
+            || kind.ends_with("tool:unavailable")
+            || kind.ends_with("tool:timeout")
+            || kind.ends_with("http:503"))
+    });
+    assert_eq!(
+        unexpected, 0,
+        "failures a client would not retry: {report:#}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves() {
     let outage = Duration::from_secs(setting("MNEME_FAULT_OUTAGE_SECS", 30));
@@ -684,13 +757,7 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     // a tool error `unavailable`, or HTTP 503 when the credential itself
     // cannot be checked (the gateway's key cache expired).
     assert!(tally.failed("outage") > 0, "{report:#}");
-    let unexpected = tally.count("outage", |kind| {
-        !(kind.ends_with(" ok") || kind.ends_with("tool:unavailable") || kind.ends_with("http:503"))
-    });
-    assert_eq!(
-        unexpected, 0,
-        "failures that are not `unavailable`: {report:#}"
-    );
+    assert_failures_retryable(&tally, "outage", &report);
     let slowest = tally
         .slowest_failure
         .get("outage")
@@ -701,6 +768,160 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
         "a failure took {slowest:?}: {report:#}"
     );
     assert_eq!(tally.failed("after"), 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_database_link_slows_calls_and_fails_none() {
+    let delay = Duration::from_millis(setting("MNEME_FAULT_LINK_DELAY_MS", 20));
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 1,
+        consolidator: false,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    phase.set("slow");
+    cluster.pg_link.set(LinkFault::Latency(delay));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    phase.set("after");
+    cluster.pg_link.set(LinkFault::None);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tally = load.finish(&mut cluster).await;
+    let report = json!({
+        "scenario": "postgres_link_slow",
+        "delay_ms_each_way": delay.as_millis(),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("slow") > 10, "too little load ran: {report:#}");
+    for phase in ["before", "slow", "after"] {
+        assert_eq!(tally.failed(phase), 0, "{report:#}");
+    }
+    // The delay reached the database's answers (a call makes several
+    // round trips), and left with the fault.
+    assert!(
+        tally.ok_quantile("slow", 0.5) > tally.ok_quantile("before", 0.5) + delay * 2,
+        "{report:#}"
+    );
+    assert!(
+        tally.ok_quantile("after", 0.5) < tally.ok_quantile("slow", 0.5),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reset_database_connections_fail_only_the_calls_at_each_reset() {
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 1,
+        consolidator: true,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every pooled connection of every service breaks, three times.
+    phase.set("resets");
+    for _ in 0..3 {
+        cluster.pg_link.reset_all().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    phase.set("after");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let tally = load.finish(&mut cluster).await;
+    let report =
+        json!({"scenario": "postgres_connections_reset", "resets": 3, "tally": tally.report()});
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("resets") > 10, "too little load ran: {report:#}");
+    // A call whose connection broke under it may fail, retryably; the pools
+    // replace broken connections, so the next calls succeed.
+    assert_failures_retryable(&tally, "resets", &report);
+    // At most the calls in flight at each reset fail (counted in the phase
+    // they started in), and those that took a pooled connection whose
+    // reset its driver had not read yet (deadpool's fast recycling checks
+    // only whether a connection is known closed).
+    let failed = tally.failed("before") + tally.failed("resets");
+    assert!(
+        failed <= 3 * 2 * 4,
+        "{failed} failures for 3 resets of 4 clients' connections: {report:#}"
+    );
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+    assert_keyed_writes_truthful(&cluster, &tally, &["before", "resets", "after"], &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_database_link_fails_calls_in_bounded_time_and_heals_when_released() {
+    let hold = Duration::from_secs(setting("MNEME_FAULT_HOLD_SECS", 10));
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 1,
+        consolidator: true,
+        settings: &[],
+    })
+    .await;
+    const CLIENTS: usize = 4;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, CLIENTS, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Connections stay open and nothing is answered: neither a refused
+    // connection nor a reset tells the services, only their own probes.
+    phase.set("held");
+    cluster.pg_link.set(LinkFault::Hold);
+    tokio::time::sleep(hold).await;
+    phase.set("recovery");
+    cluster.pg_link.set(LinkFault::None);
+    let released = Instant::now();
+    let mut recovered_after = None;
+    while released.elapsed() < Duration::from_secs(30) {
+        if full_service(&cluster, "held-link").await {
+            recovered_after = Some(released.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    phase.set("after");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tally = load.finish(&mut cluster).await;
+    let report = json!({
+        "scenario": "postgres_link_held",
+        "hold_secs": hold.as_secs(),
+        "recovered_ms": recovered_after.map(|d| d.as_millis()),
+        "tally": tally.report(),
+    });
+    println!("RELIABILITY {report}");
+    let recovered_after =
+        recovered_after.unwrap_or_else(|| panic!("service never came back: {report:#}"));
+    assert!(
+        recovered_after <= Duration::from_secs(5),
+        "full service took {recovered_after:?} after the link was released: {report:#}"
+    );
+    // The calls waiting on the database when it went silent wait out the
+    // backend deadline (one per client); once the services' probes find it
+    // silent, calls fail at once instead of each waiting 10 s.
+    assert_failures_retryable(&tally, "held", &report);
+    assert!(
+        tally.failed_slower_than("held", Duration::from_secs(2)) <= CLIENTS,
+        "more slow failures than calls in flight: {report:#}"
+    );
+    assert!(
+        tally.failed("held") > 20,
+        "calls did not fail fast while the database was silent: {report:#}"
+    );
+    assert_eq!(tally.failed("after"), 0, "{report:#}");
+    assert_keyed_writes_truthful(
+        &cluster,
+        &tally,
+        &["before", "held", "recovery", "after"],
+        &report,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -739,15 +960,8 @@ async fn killed_backend_instances_cost_no_read_and_no_keyed_write() {
     assert!(tally.ok("killed") > 50, "too little load ran: {report:#}");
     assert_eq!(tally.failed("killed"), 0, "{report:#}");
     assert_eq!(tally.failed("after"), 0, "{report:#}");
-    let acknowledged: u64 = ["before", "killed", "after"]
-        .iter()
-        .map(|phase| tally.count(phase, |kind| kind == "remember ok"))
-        .sum();
-    // Every keyed remember landed exactly once.
-    let counts = cluster.count_by_idempotency_key().await;
-    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
-    assert!(doubled.is_empty(), "written more than once: {doubled:?}");
-    assert_eq!(counts.len() as u64, acknowledged, "{report:#}");
+    // No call failed, so every keyed remember landed exactly once.
+    assert_keyed_writes_truthful(&cluster, &tally, &["before", "killed", "after"], &report).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -800,30 +1014,10 @@ async fn a_hung_backend_instance_costs_no_call_only_the_attempt_timeout() {
     );
     assert_eq!(tally.failed("after"), 0, "{report:#}");
     // A keyed remember abandoned on the frozen instance and sent again to
-    // the other one landed at most once. Every acknowledged one landed; a
-    // failed one (its row locked by the frozen instance's transaction) may
-    // have landed when that instance resumed.
-    let phases = ["before", "hung", "after"];
-    let acknowledged: u64 = phases
-        .iter()
-        .map(|phase| tally.count(phase, |kind| kind == "remember ok"))
-        .sum();
-    let unknown: u64 = phases
-        .iter()
-        .map(|phase| {
-            tally.count(phase, |kind| {
-                kind.starts_with("remember ") && kind != "remember ok"
-            })
-        })
-        .sum();
-    let counts = cluster.count_by_idempotency_key().await;
-    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n != 1).collect();
-    assert!(doubled.is_empty(), "written more than once: {doubled:?}");
-    let stored = counts.len() as u64;
-    assert!(
-        (acknowledged..=acknowledged + unknown).contains(&stored),
-        "{stored} stored, {acknowledged} acknowledged, {unknown} unknown: {report:#}"
-    );
+    // the other one landed at most once; a failed one (its row locked by
+    // the frozen instance's transaction) may have landed when that instance
+    // resumed.
+    assert_keyed_writes_truthful(&cluster, &tally, &["before", "hung", "after"], &report).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use mneme_e2e_tests::Stack;
+use mneme_e2e_tests::{CapturedLogs, Stack};
 use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};
@@ -405,19 +405,20 @@ async fn rotate_then_reuse(
 #[tokio::test]
 async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_refresh_token_revokes_the_family()
  {
+    let logs = CapturedLogs::start();
     let stack = Stack::start("hash", &[("MNEME_AUTH_CACHE_SECS", "0")]).await;
     let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
     let endpoints = discover(&stack).await;
     let client_id = register(&endpoints, None).await;
     let (verifier, challenge) = pkce();
-    let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
+    let wasted_code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
 
     // A wrong verifier does not redeem the code, and…
     let (status, body) = token(
         &endpoints,
         &[
             ("grant_type", "authorization_code"),
-            ("code", &code),
+            ("code", &wasted_code),
             ("client_id", &client_id),
             ("redirect_uri", CALLBACK),
             (
@@ -432,7 +433,7 @@ async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_r
         (400, Some("invalid_grant"))
     );
     // …codes work once: the failed attempt used it up.
-    let (status, _) = redeem(&endpoints, &code, &client_id, &verifier).await;
+    let (status, _) = redeem(&endpoints, &wasted_code, &client_id, &verifier).await;
     assert_eq!(status, 400, "a code is single-use");
 
     let code = authorize(&endpoints, &client_id, &acme.api_key, &challenge).await;
@@ -495,6 +496,22 @@ async fn a_connector_registers_signs_in_calls_tools_and_refreshes_and_a_reused_r
         .await
         .unwrap();
     assert_eq!(refused.status(), 401);
+
+    // Nothing that grants access was logged, at debug level, refusals
+    // included.
+    logs.assert_free_of(&[
+        ("API key typed into the page", &acme.api_key),
+        ("used-up authorization code", &wasted_code),
+        ("authorization code", &code),
+        ("PKCE verifier", &verifier),
+        ("access token", access),
+        ("refresh token", first_refresh),
+        ("rotated refresh token", second_refresh),
+        (
+            "rotated access token",
+            rotated["access_token"].as_str().unwrap(),
+        ),
+    ]);
 }
 
 #[tokio::test]
@@ -819,6 +836,7 @@ async fn people_sign_in_with_a_password_and_pick_the_key_the_connector_acts_as()
     // Failed sign-ins are counted per fixed window: an hour-long one keeps
     // the eleven guesses below in one window even on a loaded machine (with
     // a minute, a boundary fell between them once in CI).
+    let logs = CapturedLogs::start();
     let stack = Stack::start("hash", &[("MNEME_RATE_LIMIT_WINDOW_SECS", "3600")]).await;
     let store = stack.db.store();
     let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
@@ -915,6 +933,22 @@ async fn people_sign_in_with_a_password_and_pick_the_key_the_connector_acts_as()
         );
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+
+    // Neither the passwords nor the guesses were logged, at debug level.
+    logs.assert_free_of(&[
+        ("owner's password", owner_password),
+        ("member's password", member_password),
+        ("wrong password", "not the password at all"),
+        ("guessed password", "a wrong guess, again"),
+        (
+            "member connector's access token",
+            tokens["access_token"].as_str().unwrap(),
+        ),
+        (
+            "member connector's refresh token",
+            tokens["refresh_token"].as_str().unwrap(),
+        ),
+    ]);
 }
 
 #[tokio::test]

@@ -959,36 +959,9 @@ async fn sessions_are_told_when_their_tenants_upstreams_change() {
     watcher.more_than(settled).await;
 }
 
-/// A `tracing` writer into memory, to read what the stack logged.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn upstream_headers_reach_the_upstream_and_appear_nowhere_else() {
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("debug")
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let logs = mneme_e2e_tests::CapturedLogs::start();
 
     let world = World::start().await;
     let url = start_own_upstream().await;
@@ -1057,7 +1030,7 @@ async fn upstream_headers_reach_the_upstream_and_appear_nowhere_else() {
     );
 
     let metrics = mneme_telemetry::metrics::render();
-    let logged = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let logged = logs.text();
     assert!(logged.contains("upstream registered"), "logs were captured");
     for (place, text) in [
         ("the registration answer", registered.to_string()),

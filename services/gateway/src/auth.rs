@@ -96,9 +96,11 @@ impl KeyResolver {
         {
             return Ok(Some(hit));
         }
-        let mut client = self.store.client().await?;
-        let Some(found) = api_keys::authenticate_by_id(&mut client, tenant_id, key_id).await?
-        else {
+        let lookup = async {
+            let mut client = self.store.client().await?;
+            api_keys::authenticate_by_id(&mut client, tenant_id, key_id).await
+        };
+        let Some(found) = self.store.unless_silent(lookup).await? else {
             return Ok(None);
         };
         let found = Arc::new(found);
@@ -124,8 +126,11 @@ impl KeyResolver {
             return Ok(Some(hit));
         }
         let digest = mneme_core::api_key::hash(raw);
-        let mut client = self.store.client().await?;
-        let Some(found) = api_keys::authenticate(&mut client, raw).await? else {
+        let lookup = async {
+            let mut client = self.store.client().await?;
+            api_keys::authenticate(&mut client, raw).await
+        };
+        let Some(found) = self.store.unless_silent(lookup).await? else {
             return Ok(None);
         };
         let found = Arc::new(found);

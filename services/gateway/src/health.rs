@@ -1,7 +1,9 @@
-//! Liveness and readiness probes.
+//! Liveness and readiness probes, and the answer of HTTP APIs whose
+//! database stopped answering.
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
@@ -43,5 +45,24 @@ async fn ready(State(app): State<App>) -> (StatusCode, Json<Value>) {
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "unavailable", "unavailable": missing})),
         )
+    }
+}
+
+/// Answers 503 `unavailable` a request still waiting for its response
+/// when the database stops answering (`mneme_store::Store::answering`),
+/// instead of letting it wait out `MNEME_REQUEST_TIMEOUT_MS`.
+pub(crate) async fn fail_when_database_silent(
+    State(mut database): State<tokio::sync::watch::Receiver<bool>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    tokio::select! {
+        response = next.run(request) => response,
+        () = mneme_proto::server::until_silent(&mut database) => {
+            crate::error::ApiError(mneme_core::Error::unavailable(
+                "the database is not answering; retry shortly",
+            ))
+            .into_response()
+        }
     }
 }

@@ -33,7 +33,8 @@
 //!   for people signed in with email and password.
 //!
 //! Middleware, outermost first: HTTP metrics → request id → trace → CORS → panic guard →
-//! body limit → timeout → (on MCP routes) Origin/Host check →
+//! body limit → timeout → (on OAuth, admin and REST routes) 503 when the
+//! database goes silent → (on MCP routes) Origin/Host check →
 //! authentication → message peek → token scope → rate limits → (on `/mcp`) session
 //! binding → rmcp.
 #![forbid(unsafe_code)]
@@ -201,12 +202,22 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
         .layer(limit())
         .layer(require_scope())
         .layer(authenticate());
-    Router::new()
-        .merge(health::routes())
+    // Plain HTTP APIs answer 503 at once when the database goes silent
+    // under them; MCP calls get their tool error from the backends, which
+    // cut theirs (`mneme_proto::server`), and a credential check of its own
+    // (`auth`).
+    let http_apis = Router::new()
         .merge(oauth::routes())
         .merge(admin::routes(&app))
-        .merge(mcp_routes)
         .merge(rest)
+        .layer(middleware::from_fn_with_state(
+            app.store.answering(),
+            health::fail_when_database_silent,
+        ));
+    Router::new()
+        .merge(health::routes())
+        .merge(http_apis)
+        .merge(mcp_routes)
         .with_state(app)
         .layer(
             ServiceBuilder::new()

@@ -215,8 +215,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let database = server.store.answering();
     let service = RememberServiceServer::with_interceptor(server, signer);
-    mneme_proto::server::serve_service(service, listener, shutdown).await?;
+    mneme_proto::server::serve_service(service, listener, shutdown, database).await?;
     Ok(())
 }
 

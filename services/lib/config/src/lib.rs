@@ -486,6 +486,8 @@ pub struct DatabaseConfig {
     pub migrate_url: Secret,
     pub pool_size: usize,
     pub statement_timeout: Duration,
+    /// How often the answer probe runs; zero turns it off.
+    pub probe_interval: Duration,
     pub allow_rls_bypass: bool,
     /// Extra trusted CA certificates (PEM) for TLS to PostgreSQL.
     pub ca_file: Option<PathBuf>,
@@ -917,6 +919,7 @@ impl Config {
             url: Secret::new(database_url),
             pool_size: r.positive(settings::DB_POOL_SIZE),
             statement_timeout: r.millis(settings::DB_STATEMENT_TIMEOUT_MS),
+            probe_interval: r.millis(settings::DB_PROBE_INTERVAL_MS),
             allow_rls_bypass: r.flag(settings::ALLOW_RLS_BYPASS),
             ca_file: r.optional(settings::DATABASE_CA_FILE),
         };

@@ -40,6 +40,8 @@ settings! {
             "Maximum PostgreSQL connections per process.";
         DB_STATEMENT_TIMEOUT_MS = "MNEME_DB_STATEMENT_TIMEOUT_MS", Some("10000"),
             "Server-side statement timeout for service connections, in milliseconds (0 disables it).";
+        DB_PROBE_INTERVAL_MS = "MNEME_DB_PROBE_INTERVAL_MS", Some("1000"),
+            "How often each process checks, on a connection of its own, that PostgreSQL answers, in milliseconds (0 turns the check off). After three checks in a row get no answer within this interval (a hung server or a network partition: connections stay open and nothing is answered or refused), calls fail at once with `unavailable` instead of each waiting out `MNEME_BACKEND_TIMEOUT_MS`, until a check is answered again.";
         ALLOW_RLS_BYPASS = "MNEME_ALLOW_RLS_BYPASS", Some("false"),
             "Start even when the service role is a superuser or has BYPASSRLS. Only for emergencies: tenant isolation then rests on the SQL predicates alone.";
         DATABASE_CA_FILE = "MNEME_DATABASE_CA_FILE", None,

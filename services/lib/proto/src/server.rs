@@ -1,6 +1,8 @@
 //! The gRPC server every backend runs: its own services plus
 //! `grpc.health.v1` (for load balancers and Kubernetes probes, without a
-//! principal) and server reflection (for grpcurl and debugging).
+//! principal) and server reflection (for grpcurl and debugging). Calls still
+//! waiting when the database stops answering are failed with UNAVAILABLE at
+//! once ([`until_silent`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,6 +12,7 @@ use prometheus::HistogramVec;
 use tracing::Instrument;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::service::Routes;
@@ -18,12 +21,14 @@ use tonic::transport::server::TcpIncoming;
 
 /// Serves `routes` on `listener` until `shutdown` completes, then drains
 /// in-flight calls. `services` are the fully qualified names reported as
-/// SERVING by the health service.
+/// SERVING by the health service; `database` tells whether the database
+/// answers (`mneme_store::Store::answering`).
 pub async fn serve(
     routes: Routes,
     services: &[&str],
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
+    database: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     for service in services {
@@ -40,6 +45,10 @@ pub async fn serve(
         routes
             .prepare()
             .into_axum_router()
+            .layer(axum::middleware::from_fn_with_state(
+                database,
+                fail_when_silent,
+            ))
             .layer(axum::middleware::from_fn(track_call)),
     );
     // `Server::tcp_nodelay` does not apply to a caller-supplied listener;
@@ -102,11 +111,41 @@ async fn track_call(
     response
 }
 
+/// Resolves once `answering` turns `false` (at once if it is), never if its
+/// sender is gone.
+pub async fn until_silent(answering: &mut watch::Receiver<bool>) {
+    if answering.wait_for(|answering| !answering).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Answers UNAVAILABLE a call still waiting when the database stops
+/// answering: its statements get no answer, and waiting out the caller's
+/// deadline would hold the caller and a pooled connection for nothing.
+/// Health and reflection are never cut.
+async fn fail_when_silent(
+    axum::extract::State(mut database): axum::extract::State<watch::Receiver<bool>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request.uri().path();
+    if path.starts_with("/grpc.health.") || path.starts_with("/grpc.reflection.") {
+        return next.run(request).await;
+    }
+    tokio::select! {
+        response = next.run(request) => response,
+        () = until_silent(&mut database) => {
+            tonic::Status::unavailable("the database is not answering; retry shortly").into_http()
+        }
+    }
+}
+
 /// Serves one gRPC service (plus health and reflection) until `shutdown`.
 pub async fn serve_service<S>(
     service: S,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
+    database: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error>
 where
     S: tower::Service<http::Request<Body>, Error = Infallible>
@@ -118,7 +157,14 @@ where
     S::Response: axum::response::IntoResponse,
     S::Future: Send + 'static,
 {
-    serve(Routes::new(service), &[S::NAME], listener, shutdown).await
+    serve(
+        Routes::new(service),
+        &[S::NAME],
+        listener,
+        shutdown,
+        database,
+    )
+    .await
 }
 
 /// Runs one RPC handler with the request's verified principal, mapping the

@@ -55,10 +55,12 @@ use std::ops::Deref;
 use std::panic::Location;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use mneme_core::{Error as ApiError, ErrorCode};
+use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, ToStatement};
@@ -73,6 +75,10 @@ pub enum StoreError {
     Db(#[from] tokio_postgres::Error),
     #[error("{0}")]
     Invalid(String),
+    /// The answer probe found the server connected but silent (see
+    /// [`Store::watch_answers`]); nothing was sent.
+    #[error("the database is not answering")]
+    NotAnswering,
 }
 
 impl StoreError {
@@ -92,7 +98,7 @@ impl StoreError {
 
     fn error_code(&self) -> ErrorCode {
         match self {
-            StoreError::Pool(_) => ErrorCode::Unavailable,
+            StoreError::Pool(_) | StoreError::NotAnswering => ErrorCode::Unavailable,
             StoreError::Invalid(_) => ErrorCode::Internal,
             StoreError::Db(e) => match e.code() {
                 Some(code) if *code == SqlState::QUERY_CANCELED => ErrorCode::Timeout,
@@ -157,9 +163,80 @@ impl Default for StoreOptions {
 }
 
 /// The database handle every service shares. Cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// What the pool connects with, for the answer probe's own connection.
+    connect: (tokio_postgres::Config, tls::MakeRustlsConnect),
+    /// False while the server, though reachable, answers nothing.
+    answering: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Unanswered probes in a row after which the server counts as hung: one
+/// slow answer on a loaded machine must not fail every call.
+const PROBES_MISSED: u32 = 3;
+
+/// A hung server (frozen, or behind a partition: connections stay open,
+/// nothing is answered or refused) gives no error to fail on, so every call
+/// would wait for its deadline while holding a pooled connection. This
+/// sends `SELECT 1` on a connection of its own every `every`; after
+/// [`PROBES_MISSED`] get no answer within `every`, [`Store::client`] fails
+/// at once until a probe is answered again. A refused connection is not a
+/// hang: the pool fails fast on its own then. Ends with the last clone of
+/// its [`Store`].
+async fn watch_answers(
+    (config, tls): (tokio_postgres::Config, tls::MakeRustlsConnect),
+    answering: Weak<watch::Sender<bool>>,
+    every: Duration,
+) {
+    let mut probe: Option<tokio_postgres::Client> = None;
+    let mut missed = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(answering) = answering.upgrade() else {
+            return;
+        };
+        let answer = tokio::time::timeout(every, async {
+            if probe.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
+                let (client, connection) = config.connect(tls.clone()).await?;
+                tokio::spawn(connection);
+                probe = Some(client);
+            }
+            let client = probe.as_ref().expect("connected above");
+            client.simple_query("SELECT 1").await.map(drop)
+        })
+        .await;
+        match answer {
+            Ok(result) => {
+                if result.is_err() {
+                    // Refused or broken: the next probe connects again.
+                    probe = None;
+                }
+                missed = 0;
+                if !answering.send_replace(true) {
+                    tracing::info!("the database answers again");
+                }
+            }
+            Err(_unanswered) => {
+                // The connection may be the hung part: a fresh one next time.
+                probe = None;
+                missed += 1;
+                if missed >= PROBES_MISSED && answering.send_replace(false) {
+                    tracing::warn!(
+                        "the database is reachable but does not answer; calls fail at once until it does"
+                    );
+                }
+            }
+        }
+    }
 }
 
 impl Store {
@@ -178,6 +255,7 @@ impl Store {
             ));
         }
         pg.connect_timeout(options.acquire_timeout);
+        let connect = (pg.clone(), tls.clone());
         let manager = Manager::from_config(
             pg,
             tls,
@@ -193,7 +271,43 @@ impl Store {
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot build the database pool: {e}")))?;
         instrument::watch_pool(&pool);
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            connect,
+            answering: Arc::new(watch::channel(true).0),
+        })
+    }
+
+    /// Whether the server answers, as the answer probe last found it
+    /// (always `true` without the probe). Servers cut calls still waiting
+    /// on the database when it turns `false`, instead of letting each wait
+    /// out its deadline.
+    pub fn answering(&self) -> watch::Receiver<bool> {
+        self.answering.subscribe()
+    }
+
+    /// Runs `work`, unless the database stops answering first: then its
+    /// statements are abandoned and the result is `NotAnswering`.
+    pub async fn unless_silent<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
+        let mut answering = self.answering();
+        tokio::select! {
+            result = work => result,
+            // The sender lives as long as `self`, so this only resolves on
+            // silence.
+            _ = answering.wait_for(|answering| !answering) => Err(StoreError::NotAnswering),
+        }
+    }
+
+    /// Starts the answer probe (see `watch_answers`), every `every`; zero
+    /// leaves it off. Needs a Tokio runtime.
+    pub fn watch_answers(&self, every: Duration) {
+        if !every.is_zero() {
+            tokio::spawn(watch_answers(
+                self.connect.clone(),
+                Arc::downgrade(&self.answering),
+                every,
+            ));
+        }
     }
 
     /// Builds a pool from the `Database` settings.
@@ -214,6 +328,7 @@ impl Store {
     /// has the configured dimension.
     pub async fn open(config: &mneme_config::Config) -> Result<Self> {
         let store = Self::from_config(&config.database)?;
+        store.watch_answers(config.database.probe_interval);
         store
             .check_service_role(config.database.allow_rls_bypass)
             .await?;
@@ -226,6 +341,9 @@ impl Store {
     /// A pooled connection for queries that are not tenant data (tenants,
     /// key resolution, health checks).
     pub async fn client(&self) -> Result<Object> {
+        if !*self.answering.borrow() {
+            return Err(StoreError::NotAnswering);
+        }
         let started = std::time::Instant::now();
         let client = self.pool.get().await;
         let outcome = match &client {
