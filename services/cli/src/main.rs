@@ -33,7 +33,8 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let _telemetry = mneme_telemetry::init(&config.log, "mneme");
-    match mneme::execute(cli.command, config).await {
+    // Boxed: the command's future holds the whole `Config`, too big for the stack frame.
+    match Box::pin(mneme::execute(cli.command, config)).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::llm::{self, Llm, LlmError};
+use crate::split;
 
 static STAGE_AFFECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register(
@@ -90,6 +91,7 @@ pub enum Stage {
     TtlTransition,
     Decay,
     FeedbackCalibration,
+    SplitLong,
     Dedup,
     Compression,
     ExpiredDelete,
@@ -105,11 +107,14 @@ pub enum Stage {
 }
 
 /// The stages, in the order they run: tiers, decay and feedback first, so
-/// garbage collection and utility see this run's importance.
+/// garbage collection and utility see this run's importance; splitting
+/// before de-duplication, so a part that restates an existing fragment is
+/// merged into it once it has its embedding.
 pub const STAGES: &[Stage] = &[
     Stage::TtlTransition,
     Stage::Decay,
     Stage::FeedbackCalibration,
+    Stage::SplitLong,
     Stage::Dedup,
     Stage::Compression,
     Stage::ExpiredDelete,
@@ -129,7 +134,7 @@ impl Stage {
     pub fn needs_model(self) -> bool {
         matches!(
             self,
-            Stage::ContradictionAdjudication | Stage::SupersessionReview
+            Stage::SplitLong | Stage::ContradictionAdjudication | Stage::SupersessionReview
         )
     }
 
@@ -138,6 +143,7 @@ impl Stage {
             Stage::TtlTransition => "ttl_transition",
             Stage::Decay => "decay",
             Stage::FeedbackCalibration => "feedback_calibration",
+            Stage::SplitLong => "split_long",
             Stage::ReflectionPurge => "reflection_purge",
             Stage::Dedup => "dedup",
             Stage::Compression => "compression",
@@ -171,7 +177,9 @@ impl Stage {
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
             Stage::ContradictionDetection => detect_contradictions(tx, now, rules).await,
             // Their work is the model's answers: see `Consolidator::prepare`.
-            Stage::ContradictionAdjudication | Stage::SupersessionReview => Ok(0),
+            Stage::SplitLong | Stage::ContradictionAdjudication | Stage::SupersessionReview => {
+                Ok(0)
+            }
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
             // Blanked queries and deleted events, together.
             Stage::SurfacingRetention => mneme_store::surfacing::apply_retention(
@@ -382,6 +390,22 @@ enum ModelWork {
         reviewed: Vec<Uuid>,
         superseded: Vec<SimilarPair>,
     },
+    /// `checked`: long fragments answered (marked, not asked again), split
+    /// or not; `splits`: those cut into valid parts.
+    Splits {
+        checked: Vec<Uuid>,
+        splits: Vec<split::Split>,
+    },
+}
+
+/// Answers of one round of questions: each question's item with the JSON
+/// object the model answered, the items that got none (with why), and why
+/// the round stopped early.
+#[derive(Debug)]
+struct Answers<T> {
+    answered: Vec<(T, serde_json::Value)>,
+    failed: Vec<(T, String)>,
+    stopped: Option<String>,
 }
 
 /// Answers of one round of questions about pairs.
@@ -451,6 +475,12 @@ async fn apply_model_work(
             }
             consolidation::mark_supersession_reviewed(tx, &reviewed, now).await?;
         }
+        ModelWork::Splits { checked, splits } => {
+            for one in &splits {
+                affected += split::apply(tx, one, now).await?;
+            }
+            consolidation::mark_split_checked(tx, &checked, now).await?;
+        }
     }
     Ok(affected)
 }
@@ -477,20 +507,19 @@ impl Consolidator {
         }
     }
 
-    /// Asks the model `instructions` about each pair, within the tenant's
-    /// daily token budget, outside any transaction (no pooled connection
-    /// waits on a model). Returns each answered pair with the `verdict`
-    /// field of the answer, the pairs that got none (with why), and why the
-    /// round stopped early (every provider paused ends it silently; a spent
-    /// budget is reported). Tokens spent are recorded, dry run or not.
-    async fn ask_about_pairs(
+    /// Asks the model `instructions` about each question's prompt, within
+    /// the tenant's daily token budget, outside any transaction (no pooled
+    /// connection waits on a model). Every provider paused ends the round
+    /// silently; a spent budget is reported as `stopped`. Tokens spent are
+    /// recorded, dry run or not.
+    async fn ask<T>(
         &self,
         llm: &Llm,
         tenant_id: Uuid,
         now: DateTime<Utc>,
         instructions: &str,
-        pairs: Vec<SimilarPair>,
-    ) -> mneme_store::Result<ModelAnswers> {
+        questions: Vec<(T, String)>,
+    ) -> mneme_store::Result<Answers<T>> {
         let day = now.date_naive();
         let mut used = {
             let mut client = self.store.client().await?;
@@ -499,19 +528,22 @@ impl Consolidator {
         };
         let budget = self.settings.llm_tenant_daily_tokens;
         let (mut spent, mut calls) = (0i64, 0i32);
-        let mut answers = ModelAnswers::default();
-        for pair in pairs {
+        let mut answers = Answers {
+            answered: Vec::new(),
+            failed: Vec::new(),
+            stopped: None,
+        };
+        for (item, prompt) in questions {
             if budget > 0 && used >= budget {
                 answers.stopped = Some("token budget of the day spent".to_owned());
                 break;
             }
-            let prompt = format!("First note: {}\nSecond note: {}", pair.older, pair.newer);
             let answer = match llm.complete(instructions, &prompt).await {
                 Ok(answer) => answer,
                 Err(LlmError::BreakerOpen) => break,
                 Err(error) => {
-                    tracing::warn!(%error, "language model call failed; the pair waits");
-                    answers.failed.push((pair, error.to_string()));
+                    tracing::warn!(%error, "language model call failed; the question waits");
+                    answers.failed.push((item, error.to_string()));
                     continue;
                 }
             };
@@ -519,13 +551,11 @@ impl Consolidator {
             used = used.saturating_add(tokens);
             spent = spent.saturating_add(tokens);
             calls += 1;
-            match llm::json_object(&answer.text)
-                .and_then(|json| json["verdict"].as_str().map(str::to_owned))
-            {
-                Some(verdict) => answers.verdicts.push((pair, verdict)),
+            match llm::json_object(&answer.text) {
+                Some(json) => answers.answered.push((item, json)),
                 None => answers
                     .failed
-                    .push((pair, "the answer held no verdict".to_owned())),
+                    .push((item, "the answer held no JSON object".to_owned())),
             }
         }
         if calls > 0 {
@@ -535,6 +565,42 @@ impl Consolidator {
             tx.commit().await?;
         }
         Ok(answers)
+    }
+
+    /// [`Self::ask`] about pairs of notes, keeping the `verdict` of each
+    /// answer.
+    async fn ask_about_pairs(
+        &self,
+        llm: &Llm,
+        tenant_id: Uuid,
+        now: DateTime<Utc>,
+        instructions: &str,
+        pairs: Vec<SimilarPair>,
+    ) -> mneme_store::Result<ModelAnswers> {
+        let questions = pairs
+            .into_iter()
+            .map(|pair| {
+                let prompt = format!("First note: {}\nSecond note: {}", pair.older, pair.newer);
+                (pair, prompt)
+            })
+            .collect();
+        let answers = self
+            .ask(llm, tenant_id, now, instructions, questions)
+            .await?;
+        let mut pairs = ModelAnswers {
+            failed: answers.failed,
+            stopped: answers.stopped,
+            ..ModelAnswers::default()
+        };
+        for (pair, json) in answers.answered {
+            match json["verdict"].as_str() {
+                Some(verdict) => pairs.verdicts.push((pair, verdict.to_owned())),
+                None => pairs
+                    .failed
+                    .push((pair, "the answer held no verdict".to_owned())),
+            }
+        }
+        Ok(pairs)
     }
 
     /// What the model-backed `stage` needs from the model, before its
@@ -625,6 +691,48 @@ impl Consolidator {
                     },
                     answers.stopped,
                 ))
+            }
+            Stage::SplitLong => {
+                let long = {
+                    let mut client = self.store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                    consolidation::split_candidates(
+                        &tx,
+                        self.settings.split_min_chars,
+                        self.settings.split_per_run,
+                    )
+                    .await?
+                };
+                let questions = long
+                    .into_iter()
+                    .map(|fragment| {
+                        let prompt = fragment.content.clone();
+                        (fragment, prompt)
+                    })
+                    .collect();
+                let answers = self
+                    .ask(llm, tenant_id, now, split::SPLIT_INSTRUCTIONS, questions)
+                    .await?;
+                // Failed calls are asked again next run; an answer, usable or
+                // not, settles the fragment.
+                let tokenizer = Tokenizer::default();
+                let mut checked = Vec::new();
+                let mut splits = Vec::new();
+                for (original, json) in answers.answered {
+                    checked.push(original.id);
+                    match split::parts_of(
+                        &original,
+                        &json,
+                        &self.settings.fragment_limits,
+                        &tokenizer,
+                    ) {
+                        Ok(parts) => splits.push(split::Split { original, parts }),
+                        Err(reason) => {
+                            tracing::info!(fragment.id = %original.id, reason, "long fragment left whole");
+                        }
+                    }
+                }
+                Ok((ModelWork::Splits { checked, splits }, answers.stopped))
             }
             _ => Ok((ModelWork::None, None)),
         }

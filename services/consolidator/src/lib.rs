@@ -2,7 +2,8 @@
 //! tenant-scoped maintenance stages.
 //!
 //! Layout: [`EmbeddingWorker`] (the embedding queue consumer, in this file),
-//! [`consolidate`] (the stages and their per-tenant schedule), [`llm`] (the
+//! [`consolidate`] (the stages and their per-tenant schedule), `split` (the
+//! `split_long` stage's question and what it stores), [`llm`] (the
 //! language model of the stages that need judgement) and [`run`] (process
 //! wiring).
 //!
@@ -20,6 +21,7 @@
 
 pub mod consolidate;
 pub mod llm;
+mod split;
 
 pub use consolidate::{Consolidator, STAGES, Stage};
 

@@ -753,7 +753,9 @@ async fn contradictions_are_found_by_rules_within_a_key_and_topic_and_undecided_
 }
 
 /// An OpenAI-compatible chat stub: says "contradiction" when the notes
-/// mention Fridays, "compatible" otherwise, or fails with 503 when `down`.
+/// mention Fridays, "compatible" otherwise, or fails with 503 when `down`;
+/// splits notes into their sentences; finds a note replaced when the newer
+/// one says "moved".
 #[derive(Default)]
 struct Judge {
     calls: std::sync::atomic::AtomicUsize,
@@ -787,6 +789,20 @@ async fn start_judge_with(judge: Judge) -> (Arc<Judge>, String) {
         }
         let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
         let instructions = body["messages"][0]["content"].as_str().unwrap_or_default();
+        if instructions.contains("split a note") {
+            // One part per sentence; a note that asks to stay whole gets a
+            // single part, which is no split.
+            let parts: Vec<String> = if prompt.contains("Keep me whole") {
+                vec![prompt.to_owned()]
+            } else {
+                prompt
+                    .split_inclusive(". ")
+                    .map(|sentence| sentence.trim().to_owned())
+                    .collect()
+            };
+            return Ok(Json(json!({"choices": [{"message": {"role": "assistant",
+                "content": json!({"parts": parts}).to_string()}}]})));
+        }
         if instructions.contains("replaces the first") {
             let verdict = if prompt.contains("moved") {
                 "supersedes"
@@ -1165,7 +1181,7 @@ async fn pairs_the_model_cannot_judge_are_parked_after_three_tries() {
         h.count(
             &h.tenant,
             "contradiction_candidates",
-            "status = 'parked' AND attempts = 3 AND error LIKE '%no verdict%'"
+            "status = 'parked' AND attempts = 3 AND error LIKE 'the answer held no %'"
         )
         .await,
         2
@@ -1484,4 +1500,165 @@ async fn note(
     assignments: String,
 ) -> Uuid {
     h.statement(tenant, content, topic, &assignments).await
+}
+
+#[tokio::test]
+async fn a_language_model_splits_long_fragments_into_linked_parts_and_leaves_the_rest() {
+    let h = harness().await;
+    let long = [
+        "The API is deployed every Monday at 10:00 UTC by the on-call engineer of that week.",
+        "Each deploy needs a green build of the main branch and a changelog entry in the release notes.",
+        "Rollbacks use the previous container image, which the pipeline keeps for thirty days after every release.",
+        "The database migrations run before the new pods start, and they must stay compatible with the old pods.",
+    ]
+    .join(" ");
+    assert!(long.chars().count() > 300);
+    // Stored short, then made long, as before a lower MNEME_MAX_CONTENT_CHARS.
+    let set_content = |content: &str| {
+        format!(
+            "content = '{}', importance = 0.7, last_decay_at = NOW",
+            content.replace('\'', "''")
+        )
+    };
+    let deploys = h
+        .statement(
+            &h.tenant,
+            "Deploy rules, long version.",
+            "deploys",
+            &set_content(&long),
+        )
+        .await;
+    let whole = format!("Keep me whole. {long}");
+    let kept = h
+        .statement(
+            &h.tenant,
+            "A note that stays whole.",
+            "deploys",
+            &set_content(&whole),
+        )
+        .await;
+    let short = h
+        .statement(
+            &h.tenant,
+            "Deploys happen on Mondays.",
+            "deploys",
+            "last_decay_at = NOW",
+        )
+        .await;
+    let episode = h
+        .statement(
+            &h.tenant,
+            "The outage story, long version.",
+            "incidents",
+            &format!("type = 'episode', {}", set_content(&long)),
+        )
+        .await;
+    let elsewhere = h
+        .statement(
+            &h.other,
+            "Another tenant's long note.",
+            "deploys",
+            &set_content(&long),
+        )
+        .await;
+
+    // Without a model the stage is skipped.
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    let stage = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "split_long")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(stage(&run).skipped.as_deref(), Some("no llm configured"));
+
+    let (judge, url) = start_judge(false).await;
+    let consolidator = h.consolidator(with_llm(url));
+    let calls = || judge.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let dry = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", true, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(stage(&dry).affected, 5, "the original and its 4 parts");
+    assert!(
+        h.has(deploys, "valid_to IS NULL AND split_checked_at IS NULL")
+            .await
+    );
+    assert_eq!(
+        calls(),
+        2,
+        "the two long notes, not the episode or the short one"
+    );
+
+    let run = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(stage(&run).affected, 5, "{:?}", run.stages);
+    assert!(
+        h.has(deploys, "valid_to IS NOT NULL").await,
+        "the original is history"
+    );
+    let parts = format!(
+        "id IN (SELECT from_id FROM mneme.fragment_links
+                 WHERE to_id = '{deploys}' AND relation_type = 'part_of')"
+    );
+    assert_eq!(h.count(&h.tenant, "fragments", &parts).await, 4);
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "fragments",
+            &format!(
+                "{parts} AND valid_to IS NULL AND topic = 'deploys' AND type = 'fact'
+                 AND importance BETWEEN 0.69 AND 0.71 AND embedding IS NULL
+                 AND char_length(content) <= 300"
+            )
+        )
+        .await,
+        4,
+        "parts keep the original's topic, type and importance, and wait for embeddings"
+    );
+    assert_eq!(
+        h.count(
+            &h.tenant,
+            "fragment_links",
+            &format!(
+                "relation_type = 'related' AND from_id IN (SELECT id FROM mneme.fragments WHERE {parts})"
+            )
+        )
+        .await,
+        6,
+        "every pair of siblings is related"
+    );
+    for untouched in [kept, short, episode] {
+        assert!(h.has(untouched, "valid_to IS NULL").await);
+    }
+    assert!(
+        h.has(kept, "split_checked_at IS NOT NULL").await,
+        "an answer that is no split settles the note"
+    );
+    assert_eq!(
+        h.count(
+            &h.other,
+            "fragments",
+            &format!("id = '{elsewhere}' AND valid_to IS NULL AND split_checked_at IS NULL")
+        )
+        .await,
+        1,
+        "another tenant's note is not touched"
+    );
+
+    // Everything long has been answered: nothing is asked again.
+    assert_eq!(calls(), 4);
+    let again = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(stage(&again).affected, 0);
+    assert_eq!(calls(), 4);
 }

@@ -674,8 +674,9 @@ async fn new_keys_get_a_fragment_quota_that_every_write_path_respects() {
         }
         Config::from_env(&env).expect("valid configuration")
     };
+    // Boxed: the command's future holds a whole `Config`.
     let create_key = |name: &str, config: Config| {
-        mneme::execute(
+        Box::pin(mneme::execute(
             Command::Keys(KeysCommand::Create {
                 tenant: "cli-tenant".into(),
                 name: name.into(),
@@ -684,14 +685,14 @@ async fn new_keys_get_a_fragment_quota_that_every_write_path_respects() {
                 fragment_limit: None,
             }),
             config,
-        )
+        ))
     };
-    mneme::execute(
+    Box::pin(mneme::execute(
         Command::Tenants(TenantsCommand::Create {
             name: "cli-tenant".into(),
         }),
         config(&[]),
-    )
+    ))
     .await
     .unwrap();
     create_key("default-agent", config(&[])).await.unwrap();

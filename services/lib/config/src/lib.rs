@@ -461,6 +461,11 @@ pub struct ConsolidationConfig {
     pub compress_similarity: f32,
     pub compress_min_group: usize,
     pub compress_per_run: i64,
+    pub split_min_chars: i32,
+    pub split_per_run: i64,
+    /// Copy of the remember service's limits: the parts of a split fragment
+    /// are validated like any `remember`.
+    pub fragment_limits: FragmentLimits,
     /// The language models, tried in order; empty: none, their stages are
     /// skipped.
     pub llm: Vec<LlmConfig>,
@@ -1274,6 +1279,10 @@ impl Config {
             compress_min_group: r.positive(settings::COMPRESS_MIN_GROUP).max(2),
             compress_per_run: i64::try_from(r.positive(settings::COMPRESS_PER_RUN))
                 .unwrap_or(i64::MAX),
+            split_min_chars: i32::try_from(r.positive(settings::SPLIT_MIN_CHARS))
+                .unwrap_or(i32::MAX),
+            split_per_run: i64::try_from(r.positive(settings::SPLIT_PER_RUN)).unwrap_or(i64::MAX),
+            fragment_limits: remember.limits.clone(),
         };
         if !(-1.0 <= consolidation.supersession_min_similarity
             && consolidation.supersession_min_similarity

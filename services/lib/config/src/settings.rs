@@ -370,6 +370,10 @@ settings! {
             "Upper end (exclusive) of the supersession review's similarity band; closer pairs are de-duplication's.";
         SUPERSESSION_PER_RUN = "MNEME_SUPERSESSION_PER_RUN", Some("10"),
             "New fragments the supersession review looks at per consolidation of a tenant (each with up to three older ones).";
+        SPLIT_MIN_CHARS = "MNEME_SPLIT_MIN_CHARS", Some("300"),
+            "With a language model, fragments longer than this many characters (not episodes) are split into 2-8 atomic fragments: those stored before `MNEME_MAX_CONTENT_CHARS` was lowered, or through an older version. The parts are `part_of` the original and `related` to each other; the original stays as history, valid until the split.";
+        SPLIT_PER_RUN = "MNEME_SPLIT_PER_RUN", Some("10"),
+            "Long fragments the split review asks the language model about per consolidation of a tenant (one question each).";
         CONTRADICTION_ADJUDICATIONS_PER_RUN = "MNEME_CONTRADICTION_ADJUDICATIONS_PER_RUN", Some("10"),
             "Pending contradiction candidates the language model judges per consolidation of a tenant.";
     }

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::fragments::{STORED_COLUMNS, StoredFragment};
 use crate::{Result, TenantTx};
 
 /// Takes the tenant's consolidation lease when a run is due: locks the
@@ -856,6 +857,65 @@ pub async fn mark_supersession_reviewed(
             &[&tx.tenant_id(), &ids, &now],
         )
         .await?)
+}
+
+/// Fragments longer than `min_chars` that no split review has looked at,
+/// oldest first: still valid, not episodes (a story is long on purpose).
+pub async fn split_candidates(
+    tx: &TenantTx<'_>,
+    min_chars: i32,
+    per_run: i64,
+) -> Result<Vec<StoredFragment>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {STORED_COLUMNS} FROM mneme.fragments
+                  WHERE tenant_id = $1 AND split_checked_at IS NULL AND valid_to IS NULL
+                    AND type <> 'episode' AND char_length(content) > $2
+                  ORDER BY created_at, id LIMIT $3"
+            ),
+            &[&tx.tenant_id(), &min_chars, &per_run],
+        )
+        .await?;
+    Ok(rows.iter().map(StoredFragment::from).collect())
+}
+
+/// Marks fragments reviewed for splitting, so they are not asked about
+/// again.
+pub async fn mark_split_checked(
+    tx: &TenantTx<'_>,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments SET split_checked_at = $3
+              WHERE tenant_id = $1 AND id = ANY($2)",
+            &[&tx.tenant_id(), &ids, &now],
+        )
+        .await?)
+}
+
+/// Ends the validity of a fragment that was split into parts, if it is
+/// still valid and unchanged (`content_hash`); `false` when another writer
+/// got there first, and the parts must not be stored.
+pub async fn retire_split_original(
+    tx: &TenantTx<'_>,
+    id: Uuid,
+    content_hash: &str,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments SET valid_to = $4, split_checked_at = $4
+              WHERE tenant_id = $1 AND id = $2 AND content_hash = $3 AND valid_to IS NULL",
+            &[&tx.tenant_id(), &id, &content_hash, &now],
+        )
+        .await?
+        == 1)
 }
 
 /// A stored run, as the history shows it.

@@ -1101,7 +1101,7 @@ impl From<&Row> for StoredFragment {
     }
 }
 
-const STORED_COLUMNS: &str = "id, key_id, agent_id, session_id, workspace, content, content_hash, topic,
+pub(crate) const STORED_COLUMNS: &str = "id, key_id, agent_id, session_id, workspace, content, content_hash, topic,
     keywords, type, importance, ttl_tier, is_anchor, source, context_summary, case_id, goal, outcome,
     phase, resolution_status, assertion_status, affect, occurred_at, valid_to, created_at";
 
