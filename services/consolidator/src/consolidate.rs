@@ -101,6 +101,7 @@ pub enum Stage {
     ContradictionDetection,
     ContradictionAdjudication,
     SupersessionReview,
+    QualityReview,
     SearchEventsGc,
     SurfacingRetention,
     OAuthTokenGc,
@@ -124,6 +125,7 @@ pub const STAGES: &[Stage] = &[
     Stage::ContradictionDetection,
     Stage::ContradictionAdjudication,
     Stage::SupersessionReview,
+    Stage::QualityReview,
     Stage::SearchEventsGc,
     Stage::SurfacingRetention,
     Stage::OAuthTokenGc,
@@ -134,7 +136,10 @@ impl Stage {
     pub fn needs_model(self) -> bool {
         matches!(
             self,
-            Stage::SplitLong | Stage::ContradictionAdjudication | Stage::SupersessionReview
+            Stage::SplitLong
+                | Stage::ContradictionAdjudication
+                | Stage::SupersessionReview
+                | Stage::QualityReview
         )
     }
 
@@ -153,6 +158,7 @@ impl Stage {
             Stage::ContradictionDetection => "contradiction_detection",
             Stage::ContradictionAdjudication => "contradiction_adjudication",
             Stage::SupersessionReview => "supersession_review",
+            Stage::QualityReview => "quality_review",
             Stage::SearchEventsGc => "search_events_gc",
             Stage::SurfacingRetention => "surfacing_retention",
             Stage::OAuthTokenGc => "oauth_token_gc",
@@ -177,9 +183,10 @@ impl Stage {
             Stage::AnchorPromotion => consolidation::anchor_promotion(tx, rules).await,
             Stage::ContradictionDetection => detect_contradictions(tx, now, rules).await,
             // Their work is the model's answers: see `Consolidator::prepare`.
-            Stage::SplitLong | Stage::ContradictionAdjudication | Stage::SupersessionReview => {
-                Ok(0)
-            }
+            Stage::SplitLong
+            | Stage::ContradictionAdjudication
+            | Stage::SupersessionReview
+            | Stage::QualityReview => Ok(0),
             Stage::SearchEventsGc => consolidation::search_events_gc(tx, now, rules).await,
             // Blanked queries and deleted events, together.
             Stage::SurfacingRetention => mneme_store::surfacing::apply_retention(
@@ -396,6 +403,8 @@ enum ModelWork {
         checked: Vec<Uuid>,
         splits: Vec<split::Split>,
     },
+    /// Fragments answered, with the verdict (`None`: the answer held none).
+    Quality(Vec<(Uuid, Option<bool>)>),
 }
 
 /// Answers of one round of questions: each question's item with the JSON
@@ -415,6 +424,12 @@ struct ModelAnswers {
     failed: Vec<(SimilarPair, String)>,
     stopped: Option<String>,
 }
+
+const QUALITY_INSTRUCTIONS: &str = "You review a note an AI agent stored to use in later work. \
+    It is sound when it is specific (names the things and numbers it is about), self-contained \
+    (understandable without the conversation it came from), plausible, and still useful later \
+    (not a passing state, a guess or a remark about the conversation). Answer with JSON only: \
+    {\"verdict\": \"sound\" | \"unsound\"}.";
 
 const SUPERSESSION_INSTRUCTIONS: &str = "You compare two notes an AI agent stored about the same \
     topic, the second written later. Decide whether the second replaces the first: an update that \
@@ -480,6 +495,11 @@ async fn apply_model_work(
                 affected += split::apply(tx, one, now).await?;
             }
             consolidation::mark_split_checked(tx, &checked, now).await?;
+        }
+        ModelWork::Quality(verdicts) => {
+            for (id, sound) in verdicts {
+                affected += consolidation::record_quality_verdict(tx, id, sound, now).await?;
+            }
         }
     }
     Ok(affected)
@@ -733,6 +753,46 @@ impl Consolidator {
                     }
                 }
                 Ok((ModelWork::Splits { checked, splits }, answers.stopped))
+            }
+            Stage::QualityReview => {
+                let waiting = {
+                    let mut client = self.store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
+                    consolidation::quality_candidates(
+                        &tx,
+                        &self.settings.quality_types,
+                        self.settings.quality_per_run,
+                    )
+                    .await?
+                };
+                let questions = waiting
+                    .into_iter()
+                    .map(|fragment| {
+                        let prompt = format!(
+                            "Type: {}\nNote: {}",
+                            fragment.fragment_type, fragment.content
+                        );
+                        (fragment.id, prompt)
+                    })
+                    .collect();
+                let answers = self
+                    .ask(llm, tenant_id, now, QUALITY_INSTRUCTIONS, questions)
+                    .await?;
+                // Failed calls are asked again next run; an answer settles
+                // the fragment, with or without a verdict.
+                let verdicts = answers
+                    .answered
+                    .into_iter()
+                    .map(|(id, json)| {
+                        let sound = match json["verdict"].as_str() {
+                            Some("sound") => Some(true),
+                            Some("unsound") => Some(false),
+                            _ => None,
+                        };
+                        (id, sound)
+                    })
+                    .collect();
+                Ok((ModelWork::Quality(verdicts), answers.stopped))
             }
             _ => Ok((ModelWork::None, None)),
         }

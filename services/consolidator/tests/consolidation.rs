@@ -755,7 +755,7 @@ async fn contradictions_are_found_by_rules_within_a_key_and_topic_and_undecided_
 /// An OpenAI-compatible chat stub: says "contradiction" when the notes
 /// mention Fridays, "compatible" otherwise, or fails with 503 when `down`;
 /// splits notes into their sentences; finds a note replaced when the newer
-/// one says "moved".
+/// one says "moved"; finds notes that say "maybe" unsound.
 #[derive(Default)]
 struct Judge {
     calls: std::sync::atomic::AtomicUsize,
@@ -789,6 +789,15 @@ async fn start_judge_with(judge: Judge) -> (Arc<Judge>, String) {
         }
         let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
         let instructions = body["messages"][0]["content"].as_str().unwrap_or_default();
+        if instructions.contains("review a note") {
+            let verdict = if prompt.contains("maybe") {
+                "unsound"
+            } else {
+                "sound"
+            };
+            return Ok(Json(json!({"choices": [{"message": {"role": "assistant",
+                "content": format!("{{\"verdict\": \"{verdict}\"}}")}}]})));
+        }
         if instructions.contains("split a note") {
             // One part per sentence; a note that asks to stay whole gets a
             // single part, which is no split.
@@ -1661,4 +1670,116 @@ async fn a_language_model_splits_long_fragments_into_linked_parts_and_leaves_the
         .unwrap();
     assert_eq!(stage(&again).affected, 0);
     assert_eq!(calls(), 4);
+}
+
+#[tokio::test]
+async fn a_language_model_reviews_decisions_preferences_and_relations_once() {
+    let h = harness().await;
+    let with_type = |kind: &str| format!("type = '{kind}', importance = 0.6, last_decay_at = NOW");
+    let sound = h
+        .statement(
+            &h.tenant,
+            "The store runs on PostgreSQL 15 with pgvector 0.8.",
+            "stack",
+            &with_type("decision"),
+        )
+        .await;
+    let unsound = h
+        .statement(
+            &h.tenant,
+            "The user maybe prefers tabs, or not.",
+            "style",
+            &with_type("preference"),
+        )
+        .await;
+    let anchored = h
+        .statement(
+            &h.tenant,
+            "We maybe move to Kubernetes at some point.",
+            "stack",
+            &format!("{}, is_anchor = true", with_type("decision")),
+        )
+        .await;
+    let fact = h
+        .statement(
+            &h.tenant,
+            "The build maybe takes four minutes.",
+            "stack",
+            "importance = 0.6, last_decay_at = NOW",
+        )
+        .await;
+    let elsewhere = h
+        .statement(
+            &h.other,
+            "Another tenant maybe decided this.",
+            "stack",
+            &with_type("decision"),
+        )
+        .await;
+    let (judge, url) = start_judge(false).await;
+    let consolidator = h.consolidator(with_llm(url));
+    let calls = || judge.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let review = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "quality_review")
+            .unwrap()
+            .affected
+    };
+
+    let run = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(review(&run), 3, "{:?}", run.stages);
+    assert_eq!(calls(), 3, "the fact is not a reviewed type");
+    assert!(
+        h.has(
+            sound,
+            "quality_verified AND importance BETWEEN 0.59 AND 0.61"
+        )
+        .await
+    );
+    assert!(
+        h.has(
+            unsound,
+            "quality_verified = false AND importance BETWEEN 0.29 AND 0.31"
+        )
+        .await,
+        "an unsound preference loses half its importance"
+    );
+    assert!(
+        h.has(
+            anchored,
+            "quality_verified = false AND importance BETWEEN 0.59 AND 0.61"
+        )
+        .await,
+        "an anchor keeps its importance"
+    );
+    assert!(
+        h.has(
+            fact,
+            "quality_verified IS NULL AND quality_checked_at IS NULL"
+        )
+        .await
+    );
+    assert_eq!(
+        h.count(
+            &h.other,
+            "fragments",
+            &format!("id = '{elsewhere}' AND quality_checked_at IS NULL")
+        )
+        .await,
+        1,
+        "another tenant's fragments wait for their own run"
+    );
+
+    // Reviewed once: the next run asks nothing and changes nothing.
+    let again = consolidator
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(review(&again), 0);
+    assert_eq!(calls(), 3);
+    assert!(h.has(unsound, "importance BETWEEN 0.29 AND 0.31").await);
 }

@@ -463,6 +463,9 @@ pub struct ConsolidationConfig {
     pub compress_per_run: i64,
     pub split_min_chars: i32,
     pub split_per_run: i64,
+    /// Types the quality review looks at (validated names).
+    pub quality_types: Vec<String>,
+    pub quality_per_run: i64,
     /// Copy of the remember service's limits: the parts of a split fragment
     /// are validated like any `remember`.
     pub fragment_limits: FragmentLimits,
@@ -1282,8 +1285,20 @@ impl Config {
             split_min_chars: i32::try_from(r.positive(settings::SPLIT_MIN_CHARS))
                 .unwrap_or(i32::MAX),
             split_per_run: i64::try_from(r.positive(settings::SPLIT_PER_RUN)).unwrap_or(i64::MAX),
+            quality_types: r.list(settings::QUALITY_TYPES).unwrap_or_default(),
+            quality_per_run: i64::try_from(r.positive(settings::QUALITY_PER_RUN))
+                .unwrap_or(i64::MAX),
             fragment_limits: remember.limits.clone(),
         };
+        for kind in &consolidation.quality_types {
+            if let Err(error) = kind.parse::<mneme_core::fragment::FragmentType>() {
+                r.problem(format!(
+                    "{}: {}",
+                    settings::QUALITY_TYPES.name,
+                    error.message
+                ));
+            }
+        }
         if !(-1.0 <= consolidation.supersession_min_similarity
             && consolidation.supersession_min_similarity
                 < consolidation.supersession_max_similarity

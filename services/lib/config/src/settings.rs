@@ -374,6 +374,10 @@ settings! {
             "With a language model, fragments longer than this many characters (not episodes) are split into 2-8 atomic fragments: those stored before `MNEME_MAX_CONTENT_CHARS` was lowered, or through an older version. The parts are `part_of` the original and `related` to each other; the original stays as history, valid until the split.";
         SPLIT_PER_RUN = "MNEME_SPLIT_PER_RUN", Some("10"),
             "Long fragments the split review asks the language model about per consolidation of a tenant (one question each).";
+        QUALITY_TYPES = "MNEME_QUALITY_TYPES", Some("decision,preference,relation"),
+            "Fragment types whose new fragments a language model reviews once for quality (specific, self-contained, plausible, useful later). A sound verdict lets an important fragment become permanent; an unsound one keeps it from it and halves its importance (anchors keep theirs). Comma-separated; empty turns the review off.";
+        QUALITY_PER_RUN = "MNEME_QUALITY_PER_RUN", Some("10"),
+            "Fragments the quality review asks the language model about per consolidation of a tenant (one question each, oldest first).";
         CONTRADICTION_ADJUDICATIONS_PER_RUN = "MNEME_CONTRADICTION_ADJUDICATIONS_PER_RUN", Some("10"),
             "Pending contradiction candidates the language model judges per consolidation of a tenant.";
     }

@@ -918,6 +918,66 @@ pub async fn retire_split_original(
         == 1)
 }
 
+/// A fragment waiting for its quality review.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QualityCandidate {
+    pub id: Uuid,
+    pub fragment_type: String,
+    pub content: String,
+}
+
+/// Valid fragments of `types` that no quality review has looked at, oldest
+/// first.
+pub async fn quality_candidates(
+    tx: &TenantTx<'_>,
+    types: &[String],
+    per_run: i64,
+) -> Result<Vec<QualityCandidate>> {
+    if types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .query(
+            "SELECT id, type, content FROM mneme.fragments
+              WHERE tenant_id = $1 AND quality_checked_at IS NULL AND valid_to IS NULL
+                AND type = ANY($2)
+              ORDER BY created_at, id LIMIT $3",
+            &[&tx.tenant_id(), &types, &per_run],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| QualityCandidate {
+            id: row.get(0),
+            fragment_type: row.get(1),
+            content: row.get(2),
+        })
+        .collect())
+}
+
+/// Records a quality review of `id`, once: `Some(sound)` becomes
+/// `quality_verified`, and an unsound fragment that is not an anchor loses
+/// half its importance; `None` (an answer without a verdict) only marks it
+/// reviewed. Returns the rows changed.
+pub async fn record_quality_verdict(
+    tx: &TenantTx<'_>,
+    id: Uuid,
+    sound: Option<bool>,
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            "UPDATE mneme.fragments
+                SET quality_checked_at = $4,
+                    quality_verified = COALESCE($3, quality_verified),
+                    importance = CASE WHEN $3 IS FALSE AND NOT is_anchor
+                                      THEN importance * 0.5 ELSE importance END
+              WHERE tenant_id = $1 AND id = $2 AND quality_checked_at IS NULL",
+            &[&tx.tenant_id(), &id, &sound, &now],
+        )
+        .await?)
+}
+
 /// A stored run, as the history shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRun {
