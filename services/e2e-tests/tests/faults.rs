@@ -3,7 +3,8 @@
 //! clients over HTTP while the test crashes what they depend on:
 //!
 //! - Redis killed for `MNEME_FAULT_OUTAGE_SECS` (30 by default) under mixed
-//!   load: memory tools keep answering; recovery is automatic.
+//!   load on two gateways: memory tools keep answering, a session made
+//!   during the outage continues on the other pod; recovery is automatic.
 //! - Redis frozen (SIGSTOP) for `MNEME_FAULT_HANG_SECS` (15 by default)
 //!   under mixed load: no call fails, and service is normal again at once.
 //! - PostgreSQL crashed (`pg_ctl stop -m immediate`) and started again:
@@ -24,6 +25,9 @@
 //!   no answers): reads and keyed writes leave it after
 //!   `MNEME_BACKEND_ATTEMPT_TIMEOUT_MS` for the other instance, instead of
 //!   failing after the whole deadline.
+//! - Unkeyed writes to a frozen remember instance: never sent again to the
+//!   other one (that could store them twice), and reported as of unknown
+//!   outcome (`timeout`, "may or may not have taken effect").
 //! - A gateway pod killed under its clients: they go on on the other pod
 //!   with their session ids, losing only the calls in flight.
 //! - No lost writes: `MNEME_FAULT_WRITES` (10 000 by default) remembers
@@ -588,7 +592,7 @@ fn assert_failures_retryable(tally: &Tally, phase: &str, report: &Value) {
 async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves() {
     let outage = Duration::from_secs(setting("MNEME_FAULT_OUTAGE_SECS", 30));
     let mut cluster = Cluster::start(Shape {
-        gateways: 1,
+        gateways: 2,
         recall: 1,
         remember: 1,
         consolidator: false,
@@ -611,6 +615,16 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
     assert!(
         outcome.is_ok(),
         "a new session during the outage: {outcome:?}"
+    );
+    // Without Redis, the other pod has no record of it: it recreates the
+    // session from its signed id and the caller's credentials.
+    let elsewhere = during
+        .via(&cluster.http[1])
+        .call("recall", json!({"query": "deploy pipeline"}))
+        .await;
+    assert!(
+        elsewhere.is_ok(),
+        "that session on the other pod during the outage: {elsewhere:?}"
     );
 
     phase.set("after");
@@ -1018,6 +1032,87 @@ async fn a_hung_backend_instance_costs_no_call_only_the_attempt_timeout() {
     // the frozen instance's transaction) may have landed when that instance
     // resumed.
     assert_keyed_writes_truthful(&cluster, &tally, &["before", "hung", "after"], &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unkeyed_write_left_unanswered_is_not_repeated_and_reported_as_unknown() {
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 2,
+        consolidator: false,
+        settings: &[
+            ("MNEME_BACKEND_ATTEMPT_TIMEOUT_MS", "1000"),
+            ("MNEME_BACKEND_TIMEOUT_MS", "3000"),
+        ],
+    })
+    .await;
+    // Frozen: it has the calls round robin sends it and answers none.
+    cluster.remember[0].pause();
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..6 {
+        // A session each: JSON-RPC ids are per session.
+        let mcp = cluster.client().await;
+        writes.spawn(async move {
+            let content = format!("Unkeyed write {i}: the release train left at 09:{i:02}.");
+            let outcome = mcp
+                .call(
+                    "remember",
+                    json!({"content": content, "topic": "unkeyed", "type": "fact"}),
+                )
+                .await;
+            (content, outcome)
+        });
+    }
+    let outcomes = writes.join_all().await;
+    // The frozen instance finishes, or drops, what it had received.
+    cluster.remember[0].resume();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.assert_none_crashed();
+
+    let db = cluster.tenant_client().await;
+    let (mut acknowledged, mut unknown, mut unknown_stored) = (0, 0, 0);
+    for (content, outcome) in &outcomes {
+        let stored: i64 = db
+            .query_one(
+                "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND content = $2",
+                &[&cluster.tenant_id, content],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if outcome.is_ok() {
+            acknowledged += 1;
+            assert_eq!(stored, 1, "{content}: acknowledged, so stored once");
+        } else {
+            unknown += 1;
+            unknown_stored += stored;
+            // Never sent again to the other instance (that could store it
+            // twice), and reported as of unknown outcome, not refused.
+            assert!(stored <= 1, "{content}: stored {stored} times");
+            assert_eq!(
+                outcome.error_code().as_deref(),
+                Some("timeout"),
+                "{outcome:?}"
+            );
+            assert!(
+                format!("{outcome:?}").contains("may or may not have taken effect"),
+                "{outcome:?}"
+            );
+        }
+    }
+    let report = json!({
+        "scenario": "unkeyed_write_unanswered",
+        "acknowledged": acknowledged,
+        "unknown": unknown,
+        "unknown_stored": unknown_stored,
+    });
+    println!("RELIABILITY {report}");
+    assert!(
+        unknown > 0,
+        "no write reached the frozen instance: {report}"
+    );
+    assert!(acknowledged > 0, "the other instance took none: {report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -246,6 +246,25 @@ impl Backends {
             } else {
                 match transport_failure(&status) {
                     Some(failure) => failure,
+                    // A write whose deadline passed or that was cancelled
+                    // (here, in the channel or on the instance, which says
+                    // so with either code): the instance may be committing it
+                    // right now, so the caller must not take the failure
+                    // for a refusal.
+                    None if retry == Retry::NotSent
+                        && (no_answer
+                            || matches!(
+                                status.code(),
+                                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                            )) =>
+                    {
+                        return Err(Error::new(
+                            ErrorCode::Timeout,
+                            "the backend did not answer in time, so the call may or may not \
+                             have taken effect; check before repeating it (with an \
+                             idempotencyKey a repeat is safe)",
+                        ));
+                    }
                     None => return Err(from_status(&status)),
                 }
             };

@@ -135,7 +135,12 @@ async fn fail_when_silent(
     tokio::select! {
         response = next.run(request) => response,
         () = until_silent(&mut database) => {
-            tonic::Status::unavailable("the database is not answering; retry shortly").into_http()
+            tonic::Status::unavailable(
+                "the database stopped answering during the call, so a write may or may not \
+                 have taken effect; retry shortly (with an idempotencyKey a repeated write is \
+                 safe)",
+            )
+            .into_http()
         }
     }
 }
