@@ -488,13 +488,13 @@ async fn apply_model_work(
                 .await?;
                 affected += done.len() as u64;
             }
-            consolidation::mark_supersession_reviewed(tx, &reviewed, now).await?;
+            consolidation::mark_reviewed(tx, Review::Supersession, &reviewed, now).await?;
         }
         ModelWork::Splits { checked, splits } => {
             for one in &splits {
                 affected += split::apply(tx, one, now).await?;
             }
-            consolidation::mark_split_checked(tx, &checked, now).await?;
+            consolidation::mark_reviewed(tx, Review::Split, &checked, now).await?;
         }
         ModelWork::Quality(verdicts) => {
             for (id, sound) in verdicts {

@@ -13,6 +13,7 @@ use mneme_consolidator::Consolidator;
 use mneme_proto::v1::RememberRequest;
 use mneme_remember::RememberServer;
 use mneme_store::TenantTx;
+use mneme_store::consolidation::StageResult;
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -1500,6 +1501,15 @@ async fn old_similar_unimportant_fragments_are_folded_into_the_most_important_of
     );
 }
 
+/// What `run` recorded for the stage called `name`.
+fn stage_of(run: &mneme_store::consolidation::Run, name: &str) -> StageResult {
+    run.stages
+        .iter()
+        .find(|s| s.stage == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no stage {name} in {:?}", run.stages))
+}
+
 /// [`Harness::statement`] with owned assignments.
 async fn note(
     h: &Harness,
@@ -1577,13 +1587,7 @@ async fn a_language_model_splits_long_fragments_into_linked_parts_and_leaves_the
         .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
         .await
         .unwrap();
-    let stage = |run: &mneme_store::consolidation::Run| {
-        run.stages
-            .iter()
-            .find(|s| s.stage == "split_long")
-            .cloned()
-            .unwrap()
-    };
+    let stage = |run: &mneme_store::consolidation::Run| stage_of(run, "split_long");
     assert_eq!(stage(&run).skipped.as_deref(), Some("no llm configured"));
 
     let (judge, url) = start_judge(false).await;
@@ -1719,13 +1723,7 @@ async fn a_language_model_reviews_decisions_preferences_and_relations_once() {
     let (judge, url) = start_judge(false).await;
     let consolidator = h.consolidator(with_llm(url));
     let calls = || judge.calls.load(std::sync::atomic::Ordering::SeqCst);
-    let review = |run: &mneme_store::consolidation::Run| {
-        run.stages
-            .iter()
-            .find(|s| s.stage == "quality_review")
-            .unwrap()
-            .affected
-    };
+    let review = |run: &mneme_store::consolidation::Run| stage_of(run, "quality_review").affected;
 
     let run = consolidator
         .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})

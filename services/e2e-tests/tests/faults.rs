@@ -542,6 +542,18 @@ async fn full_service(cluster: &Cluster, probe: &str) -> bool {
             .is_ok()
 }
 
+/// How long until [`full_service`] holds, polling for up to 30 s.
+async fn time_to_full_service(cluster: &Cluster, probe: &str) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        if full_service(cluster, probe).await {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 /// Every acknowledged keyed `remember` of `phases` landed, exactly once; a
 /// failed one (its outcome unknown to the client) landed at most once.
 async fn assert_keyed_writes_truthful(
@@ -742,15 +754,7 @@ async fn a_postgres_crash_fails_calls_fast_and_service_is_back_within_5_s() {
     tokio::time::sleep(outage).await;
     phase.set("recovery");
     cluster.pg.restart();
-    let back = Instant::now();
-    let mut recovered_after = None;
-    while back.elapsed() < Duration::from_secs(30) {
-        if full_service(&cluster, "postgres").await {
-            recovered_after = Some(back.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let recovered_after = time_to_full_service(&cluster, "postgres").await;
     phase.set("after");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let tally = load.finish(&mut cluster).await;
@@ -891,15 +895,7 @@ async fn a_held_database_link_fails_calls_in_bounded_time_and_heals_when_release
     tokio::time::sleep(hold).await;
     phase.set("recovery");
     cluster.pg_link.set(LinkFault::None);
-    let released = Instant::now();
-    let mut recovered_after = None;
-    while released.elapsed() < Duration::from_secs(30) {
-        if full_service(&cluster, "held-link").await {
-            recovered_after = Some(released.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let recovered_after = time_to_full_service(&cluster, "held-link").await;
     phase.set("after");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let tally = load.finish(&mut cluster).await;

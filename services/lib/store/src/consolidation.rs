@@ -478,6 +478,8 @@ pub struct SimilarPair {
 pub enum Review {
     Contradiction,
     Duplicate,
+    Supersession,
+    Split,
 }
 
 impl Review {
@@ -485,8 +487,31 @@ impl Review {
         match self {
             Review::Contradiction => "contradiction_checked_at",
             Review::Duplicate => "dedup_checked_at",
+            Review::Supersession => "supersession_checked_at",
+            Review::Split => "split_checked_at",
         }
     }
+}
+
+/// Marks fragments checked by `review`, so they are not asked about again.
+pub async fn mark_reviewed(
+    tx: &TenantTx<'_>,
+    review: Review,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(tx
+        .execute(
+            &format!(
+                "UPDATE mneme.fragments SET {} = $3 WHERE tenant_id = $1 AND id = ANY($2)",
+                review.checked_column()
+            ),
+            &[&tx.tenant_id(), &ids, &now],
+        )
+        .await?)
 }
 
 /// Takes up to `per_run` embedded, valid fragments not yet checked by
@@ -785,8 +810,7 @@ pub async fn contradiction_attempt_failed(
 /// too), and their pairs with the three most similar older valid
 /// fragments of the same key, topic and type whose similarity lies in
 /// `[min, max)`: related enough that one may update the other, not so
-/// close that it is a duplicate. Read only; see
-/// [`mark_supersession_reviewed`].
+/// close that it is a duplicate. Read only; see [`mark_reviewed`].
 pub async fn supersession_candidates(
     tx: &TenantTx<'_>,
     per_run: i64,
@@ -840,25 +864,6 @@ pub async fn supersession_candidates(
     Ok((batch, pairs))
 }
 
-/// Marks fragments reviewed for supersession, so they are not asked about
-/// again.
-pub async fn mark_supersession_reviewed(
-    tx: &TenantTx<'_>,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    Ok(tx
-        .execute(
-            "UPDATE mneme.fragments SET supersession_checked_at = $3
-              WHERE tenant_id = $1 AND id = ANY($2)",
-            &[&tx.tenant_id(), &ids, &now],
-        )
-        .await?)
-}
-
 /// Fragments longer than `min_chars` that no split review has looked at,
 /// oldest first: still valid, not episodes (a story is long on purpose).
 pub async fn split_candidates(
@@ -878,25 +883,6 @@ pub async fn split_candidates(
         )
         .await?;
     Ok(rows.iter().map(StoredFragment::from).collect())
-}
-
-/// Marks fragments reviewed for splitting, so they are not asked about
-/// again.
-pub async fn mark_split_checked(
-    tx: &TenantTx<'_>,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    Ok(tx
-        .execute(
-            "UPDATE mneme.fragments SET split_checked_at = $3
-              WHERE tenant_id = $1 AND id = ANY($2)",
-            &[&tx.tenant_id(), &ids, &now],
-        )
-        .await?)
 }
 
 /// Ends the validity of a fragment that was split into parts, if it is
