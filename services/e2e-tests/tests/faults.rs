@@ -893,6 +893,27 @@ async fn a_held_database_link_fails_calls_in_bounded_time_and_heals_when_release
     phase.set("held");
     cluster.pg_link.set(LinkFault::Hold);
     tokio::time::sleep(hold).await;
+    // The HTTP APIs answer at once too: what needs the database with 503,
+    // what does not (metadata) as usual.
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let sign_in = http
+        .post(format!("{}/admin/api/session", cluster.http[0]))
+        .json(&json!({"email": "ops@example.com", "password": "a long enough password"}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    let metadata = http
+        .get(format!(
+            "{}/.well-known/oauth-protected-resource",
+            cluster.http[0]
+        ))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    let apis_took = started.elapsed();
     phase.set("recovery");
     cluster.pg_link.set(LinkFault::None);
     let recovered_after = time_to_full_service(&cluster, "held-link").await;
@@ -912,6 +933,16 @@ async fn a_held_database_link_fails_calls_in_bounded_time_and_heals_when_release
         recovered_after <= Duration::from_secs(5),
         "full service took {recovered_after:?} after the link was released: {report:#}"
     );
+    assert_eq!((sign_in.as_u16(), metadata.as_u16()), (503, 200));
+    // Tool calls cut by a backend say what a client needs to know.
+    assert!(
+        tally
+            .examples
+            .get("tool:unavailable")
+            .is_some_and(|example| example.contains("may or may not have taken effect")),
+        "{report:#}"
+    );
+    assert!(apis_took < Duration::from_secs(1), "{apis_took:?}");
     // The calls waiting on the database when it went silent wait out the
     // backend deadline (one per client); once the services' probes find it
     // silent, calls fail at once instead of each waiting 10 s.

@@ -56,7 +56,10 @@ pub(crate) async fn fail_when_database_silent(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    // Biased: an answer ready at once (a static page, metadata) is served
+    // even while the database is silent.
     tokio::select! {
+        biased;
         response = next.run(request) => response,
         () = mneme_proto::server::until_silent(&mut database) => {
             crate::error::ApiError(mneme_core::Error::unavailable(

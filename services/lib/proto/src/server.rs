@@ -132,14 +132,18 @@ async fn fail_when_silent(
     if path.starts_with("/grpc.health.") || path.starts_with("/grpc.reflection.") {
         return next.run(request).await;
     }
+    // Biased: an answer ready at once (a static page, metadata) is served
+    // even while the database is silent.
     tokio::select! {
+        biased;
         response = next.run(request) => response,
         () = until_silent(&mut database) => {
-            tonic::Status::unavailable(
+            // With the error detail, so the gateway passes the message on.
+            crate::error::to_status(mneme_core::Error::unavailable(
                 "the database stopped answering during the call, so a write may or may not \
                  have taken effect; retry shortly (with an idempotencyKey a repeated write is \
                  safe)",
-            )
+            ))
             .into_http()
         }
     }
