@@ -46,6 +46,18 @@ pub(crate) static POOL_ACQUIRE: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
 });
 
+/// 1 while the answer probe finds PostgreSQL answering, 0 while it finds it
+/// reachable but silent (see `Store::watch_answers`).
+pub(crate) static ANSWERING: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(
+        IntGauge::with_opts(Opts::new(
+            "mneme_db_answering",
+            "1 while PostgreSQL answers this process's probe, 0 while it is reachable but silent (calls then fail at once).",
+        ))
+        .expect("valid metric"),
+    )
+});
+
 /// The statement label of a call site: file stem and line.
 fn statement_name(site: &Location<'_>) -> String {
     let file = site.file();

@@ -199,6 +199,7 @@ async fn watch_answers(
 ) {
     let mut probe: Option<tokio_postgres::Client> = None;
     let mut missed = 0;
+    instrument::ANSWERING.set(1);
     loop {
         tokio::time::sleep(every).await;
         let Some(answering) = answering.upgrade() else {
@@ -222,6 +223,7 @@ async fn watch_answers(
                 }
                 missed = 0;
                 if !answering.send_replace(true) {
+                    instrument::ANSWERING.set(1);
                     tracing::info!("the database answers again");
                 }
             }
@@ -230,6 +232,7 @@ async fn watch_answers(
                 probe = None;
                 missed += 1;
                 if missed >= PROBES_MISSED && answering.send_replace(false) {
+                    instrument::ANSWERING.set(0);
                     tracing::warn!(
                         "the database is reachable but does not answer; calls fail at once until it does"
                     );
