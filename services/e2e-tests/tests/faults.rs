@@ -7,6 +7,8 @@
 //!   during the outage continues on the other pod; recovery is automatic.
 //! - Redis frozen (SIGSTOP) for `MNEME_FAULT_HANG_SECS` (15 by default)
 //!   under mixed load: no call fails, and service is normal again at once.
+//! - Every Redis connection reset three times (through `fault_proxy`):
+//!   no call fails.
 //! - PostgreSQL crashed (`pg_ctl stop -m immediate`) and started again:
 //!   calls fail fast with a retryable error, no process dies, full service
 //!   within 5 s of the database being back.
@@ -81,6 +83,8 @@ struct Cluster {
     /// The services' only way to PostgreSQL (the test's own inspection
     /// connections go direct).
     pg_link: FaultProxy,
+    /// The services' only way to Redis.
+    redis_link: FaultProxy,
     redis: PrivateRedis,
     recall: Vec<ServiceProcess>,
     remember: Vec<ServiceProcess>,
@@ -98,13 +102,17 @@ impl Cluster {
         let pg = PrivatePostgres::start().await;
         let pg_link = FaultProxy::start(([127, 0, 0, 1], pg.port).into()).await;
         let redis = PrivateRedis::start().await;
+        let redis_link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
         let logs = TempDir::new("faults");
         let store = Store::connect(&pg.app_url, &StoreOptions::default()).unwrap();
         let tenant = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
 
         let mut common: Vec<(String, String)> = vec![
             ("MNEME_DATABASE_URL".into(), pg.app_url_via(pg_link.port)),
-            ("MNEME_REDIS_URL".into(), redis.url()),
+            (
+                "MNEME_REDIS_URL".into(),
+                format!("redis://127.0.0.1:{}", redis_link.port),
+            ),
             ("MNEME_EMBEDDER".into(), "hash".into()),
             ("MNEME_INTERNAL_TOKEN".into(), INTERNAL_TOKEN.into()),
             ("MNEME_LOG".into(), "info".into()),
@@ -177,6 +185,7 @@ impl Cluster {
             pg,
             pg_link,
             redis,
+            redis_link,
             recall,
             remember,
             gateways,
@@ -732,6 +741,38 @@ async fn with_redis_hung_memory_tools_keep_answering_and_recover_by_themselves()
         "p95 {slow:?} while Redis hung: {report:#}"
     );
     assert_eq!(tally.failed("after"), 0, "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reset_redis_connections_cost_no_call() {
+    let mut cluster = Cluster::start(Shape {
+        gateways: 1,
+        recall: 1,
+        remember: 1,
+        consolidator: true,
+        settings: &[],
+    })
+    .await;
+    let phase = Phase::new();
+    let load = Load::start(&cluster, 4, &phase).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every process's Redis connections break, three times; the clients
+    // reconnect on their own, and Redis is optional for memory tools.
+    phase.set("resets");
+    for _ in 0..3 {
+        cluster.redis_link.reset_all().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    phase.set("after");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tally = load.finish(&mut cluster).await;
+    let report =
+        json!({"scenario": "redis_connections_reset", "resets": 3, "tally": tally.report()});
+    println!("RELIABILITY {report}");
+    assert!(tally.ok("resets") > 10, "too little load ran: {report:#}");
+    for phase in ["before", "resets", "after"] {
+        assert_eq!(tally.failed(phase), 0, "{report:#}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
