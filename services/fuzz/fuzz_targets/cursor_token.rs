@@ -73,13 +73,13 @@ fuzz_target!(|data: &[u8]| {
 
     // Round trips of values built from the same bytes.
     let mut u = Unstructured::new(data);
-    if let Ok((offset, snapshot_ms, digest)) = <(usize, i64, String)>::arbitrary(&mut u) {
-        let cursor = PageCursor {
-            offset,
-            snapshot_ms,
-            digest,
-        };
-        assert_eq!(PageCursor::decode(&cursor.encode()).as_ref(), Ok(&cursor));
+    if let Ok((offset, snapshot_ms, digest, returned)) =
+        <(usize, i64, String, Vec<[u8; 6]>)>::arbitrary(&mut u)
+    {
+        let cursor = PageCursor::new(offset, snapshot_ms, digest, returned.clone());
+        let decoded = PageCursor::decode(&cursor.encode());
+        assert_eq!(decoded.as_ref(), Ok(&cursor));
+        assert_eq!(decoded.unwrap().returned(), returned);
     }
     let mut u = Unstructured::new(data);
     if let Ok((micros, id)) = <(i64, u128)>::arbitrary(&mut u)

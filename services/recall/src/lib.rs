@@ -223,7 +223,8 @@ impl RecallServer {
         if let (Some(reranker), Some(text)) = (&self.reranker, &query.text) {
             ranked = reranker.rerank(text, ranked).await;
         }
-        let mut page = rank::page(ranked, query.offset, query.limit, query.token_budget);
+        let skip = query.skip_returned(&mut ranked);
+        let mut page = rank::page(ranked, skip, query.limit, query.token_budget);
         signals.apply(&mut page);
         let cases = enrich::enrich(&tx, &query, &mut page.fragments).await?;
         if let Some((rule, bucket)) = &floor_bucket {
@@ -257,6 +258,7 @@ impl RecallServer {
             .iter()
             .filter_map(|f| f.id.parse().ok())
             .collect();
+        let next_cursor = page.has_more.then(|| query.next_cursor(&returned));
         // Co-retrieval links feed the graph layer: strengthened between the
         // pages of one cursor walk, they would reorder the results under it.
         let single_page = query.offset == 0 && !page.has_more;
@@ -278,9 +280,7 @@ impl RecallServer {
         }
         Ok(RecallResponse {
             hints: rank::hints(&page.fragments, query.include_context, now),
-            next_cursor: page
-                .has_more
-                .then(|| query.next_cursor(page.fragments.len())),
+            next_cursor,
             has_more: page.has_more,
             total_tokens: u32::try_from(page.total_tokens).unwrap_or(u32::MAX),
             truncated_by_budget: page.truncated_by_budget,

@@ -1,15 +1,17 @@
 //! A recall request, validated: limits, filters, time range, pagination
 //! cursor and the search terms derived from the text.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use mneme_config::RecallConfig;
-use mneme_core::cursor::PageCursor;
+use mneme_core::cursor::{PageCursor, ResultTag, result_tag};
 use mneme_core::fragment::{Affect, ResolutionStatus};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::text::Tokenizer;
 use mneme_core::timerange::parse_range;
 use mneme_core::{Error, FragmentType, Principal, Result};
-use mneme_proto::v1::RecallRequest;
+use mneme_proto::v1::{RecallRequest, RecalledFragment};
 use mneme_store::fragments::SearchScope;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -27,6 +29,8 @@ pub(crate) struct Query {
     pub(crate) limit: usize,
     pub(crate) token_budget: usize,
     pub(crate) offset: usize,
+    /// Tags of the results earlier pages of the walk returned.
+    returned: Vec<ResultTag>,
     pub(crate) snapshot: DateTime<Utc>,
     digest: String,
     pub(crate) text: Option<String>,
@@ -188,6 +192,7 @@ impl Query {
             limit,
             token_budget,
             offset: 0,
+            returned: Vec::new(),
             snapshot: now,
             digest: String::new(),
             tsquery: text.as_deref().and_then(|t| tokenizer.tsquery_literal(t)),
@@ -239,6 +244,7 @@ impl Query {
                 ));
             }
             query.offset = cursor.offset.min(MAX_OFFSET);
+            query.returned = cursor.returned();
             query.snapshot =
                 DateTime::<Utc>::from_timestamp_millis(cursor.snapshot_ms).unwrap_or(now);
         }
@@ -270,14 +276,35 @@ impl Query {
         hex::encode(&Sha256::digest(key.as_bytes())[..8])
     }
 
-    /// The cursor of the page after `returned` more results.
-    pub(crate) fn next_cursor(&self, returned: usize) -> String {
-        PageCursor {
-            offset: self.offset + returned,
-            snapshot_ms: self.snapshot.timestamp_millis(),
-            digest: self.digest.clone(),
-        }
+    /// The cursor of the page after this one, which returned `page`.
+    pub(crate) fn next_cursor(&self, page: &[Uuid]) -> String {
+        PageCursor::new(
+            self.offset + page.len(),
+            self.snapshot.timestamp_millis(),
+            self.digest.clone(),
+            self.returned
+                .iter()
+                .copied()
+                .chain(page.iter().map(result_tag)),
+        )
         .encode()
+    }
+
+    /// Where this page starts in `ranked` (best first): after the results
+    /// earlier pages returned, wherever they rank now. Cursors of older
+    /// versions carry no tags and count an offset instead.
+    pub(crate) fn skip_returned(&self, ranked: &mut Vec<RecalledFragment>) -> usize {
+        if self.returned.is_empty() {
+            return self.offset;
+        }
+        let returned: HashSet<ResultTag> = self.returned.iter().copied().collect();
+        ranked.retain(|fragment| {
+            fragment
+                .id
+                .parse::<Uuid>()
+                .map_or(true, |id| !returned.contains(&result_tag(&id)))
+        });
+        0
     }
 
     /// Candidates each layer must supply for this page.
@@ -362,7 +389,8 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let cursor = first.next_cursor(10);
+        let page: Vec<Uuid> = (0..10).map(|_| Uuid::now_v7()).collect();
+        let cursor = first.next_cursor(&page);
         let second = query(RecallRequest {
             text: Some("coffee".into()),
             cursor: Some(cursor.clone()),
@@ -370,6 +398,10 @@ mod tests {
         })
         .unwrap();
         assert_eq!(second.offset, 10);
+        assert_eq!(
+            second.returned,
+            page.iter().map(result_tag).collect::<Vec<_>>()
+        );
         assert_eq!(
             second.snapshot.timestamp_millis(),
             first.snapshot.timestamp_millis()

@@ -315,10 +315,8 @@ mod filters_and_pages {
 
     #[tokio::test]
     async fn a_cursor_walks_every_result_once_and_pages_do_not_shift() {
-        // Links written in the background while the pages are read would
-        // change the graph layer (a link committed just after the first
-        // page can carry an earlier timestamp); this test is about writes
-        // of fragments, so it writes none.
+        // This test is about fragments written mid-walk; links written
+        // mid-walk have their own test below.
         let mut settings = mneme_config::Config::defaults().remember;
         settings.proactive_links = false;
         settings.temporal_link_hours = 0.0;
@@ -353,6 +351,69 @@ mod filters_and_pages {
         all.sort();
         all.dedup();
         assert_eq!(all.len(), 25);
+    }
+
+    #[tokio::test]
+    async fn a_link_committed_late_between_pages_neither_repeats_nor_hides_a_result() {
+        // A link whose transaction began before the first page and
+        // committed after it carries a time inside the walk's snapshot: the
+        // graph layer of later pages sees it, the first page did not (the
+        // automatic links of a remember, written in the background, do
+        // this). Counting an offset into the moved ranking returned one
+        // result twice and another never.
+        let mut settings = mneme_config::Config::defaults().remember;
+        settings.proactive_links = false;
+        settings.temporal_link_hours = 0.0;
+        let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
+        let mut ids = Vec::new();
+        for i in 0..25 {
+            ids.push(
+                h.put(fact(&format!(
+                    "Inventory item {i:02} is stored in warehouse aisle {i}."
+                )))
+                .await,
+            );
+        }
+        h.embed_all().await;
+        let query = |cursor: Option<String>| RecallRequest {
+            text: Some("inventory item warehouse aisle".into()),
+            limit: Some(10),
+            cursor,
+            ..Default::default()
+        };
+        let first = h.recall(query(None)).await;
+        let first_ids: Vec<String> = first.fragments.iter().map(|f| f.id.clone()).collect();
+        let lifted = ids
+            .iter()
+            .find(|id| !first_ids.contains(id))
+            .unwrap()
+            .clone();
+        let owner = h.db.owner_in_tenant(h.tenant.tenant_id).await;
+        for seed in &first_ids {
+            owner
+                .execute(
+                    "INSERT INTO mneme.fragment_links
+                         (tenant_id, from_id, to_id, relation_type, weight, created_at)
+                     VALUES ($1, $2::text::uuid, $3::text::uuid, 'caused_by', 2, now() - interval '1 hour')",
+                    &[&h.tenant.tenant_id, &lifted, seed],
+                )
+                .await
+                .unwrap();
+        }
+        let second = h.recall(query(first.next_cursor.clone())).await;
+        let moved = second.fragments.iter().find(|f| f.id == lifted);
+        assert!(
+            moved.is_some_and(|f| f.matched_by.contains(&"graph".to_owned())),
+            "the late link lifts a result of a later page into the second one"
+        );
+        let third = h.recall(query(second.next_cursor.clone())).await;
+        assert!(!third.has_more && third.next_cursor.is_none());
+        let walked: Vec<String> = [first, second, third]
+            .into_iter()
+            .flat_map(|page| page.fragments.into_iter().map(|f| f.id))
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = walked.iter().collect();
+        assert_eq!((walked.len(), distinct.len()), (25, 25), "{walked:?}");
     }
 
     #[tokio::test]

@@ -2,9 +2,10 @@
 //! base64, no padding):
 //!
 //! - [`PageCursor`], `recall`'s: where the next page starts, when the first
-//!   page was taken and which query it continues (a small JSON object
-//!   `{"o": offset, "s": snapshot millis, "h": query digest}`). The recall
-//!   service checks the digest against the query and clamps the offset.
+//!   page was taken, which query it continues and which results were
+//!   already returned (a small JSON object `{"o": offset, "s": snapshot
+//!   millis, "h": query digest, "r": result tags}`). The recall service
+//!   checks the digest against the query and clamps the offset.
 //! - [`KeysetCursor`], the admin memory browser's: the creation time and id
 //!   of the last row shown (`unix microseconds|uuid`: every time PostgreSQL
 //!   can store, where RFC 3339 stops at year 9999); the next page starts
@@ -35,9 +36,57 @@ pub struct PageCursor {
     /// Digest of the query; a cursor only continues the query it came from.
     #[serde(rename = "h")]
     pub digest: String,
+    /// Tags of the results already returned ([`ResultTag`]s, concatenated,
+    /// base64). A later page skips them instead of counting an offset into
+    /// a ranking that may have moved: a link or fragment that became
+    /// visible between two pages (committed late with an earlier time)
+    /// then neither repeats a result nor hides one. Empty in cursors of
+    /// older versions, which page by offset.
+    #[serde(rename = "r", default, skip_serializing_if = "String::is_empty")]
+    returned: String,
+}
+
+/// A short tag of a result id: its last six bytes, random in both UUID
+/// versions mneme issues, so two results of one walk share a tag with odds
+/// of about one in 2^48 per pair.
+pub type ResultTag = [u8; 6];
+
+/// The tag of `id` (see [`ResultTag`]).
+pub fn result_tag(id: &Uuid) -> ResultTag {
+    let bytes = id.as_bytes();
+    [
+        bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15],
+    ]
 }
 
 impl PageCursor {
+    /// A cursor after `returned` results (`offset` of them counted).
+    pub fn new(
+        offset: usize,
+        snapshot_ms: i64,
+        digest: String,
+        returned: impl IntoIterator<Item = ResultTag>,
+    ) -> Self {
+        let bytes: Vec<u8> = returned.into_iter().flatten().collect();
+        Self {
+            offset,
+            snapshot_ms,
+            digest,
+            returned: URL_SAFE_NO_PAD.encode(bytes),
+        }
+    }
+
+    /// The tags of the results already returned, in the order returned.
+    pub fn returned(&self) -> Vec<ResultTag> {
+        // `decode` checked the encoding.
+        URL_SAFE_NO_PAD
+            .decode(&self.returned)
+            .unwrap_or_default()
+            .chunks_exact(6)
+            .map(|chunk| [chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5]])
+            .collect()
+    }
+
     /// The opaque string handed to the caller as `nextCursor`.
     pub fn encode(&self) -> String {
         URL_SAFE_NO_PAD.encode(serde_json::to_vec(self).expect("cursors serialise"))
@@ -51,7 +100,11 @@ impl PageCursor {
             )
         };
         let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| invalid())?;
-        serde_json::from_slice(&bytes).map_err(|_| invalid())
+        let cursor: Self = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+        match URL_SAFE_NO_PAD.decode(&cursor.returned) {
+            Ok(tags) if tags.len() % 6 == 0 => Ok(cursor),
+            _ => Err(invalid()),
+        }
     }
 }
 
@@ -95,11 +148,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_keep_their_wire_format() {
-        let cursor = PageCursor {
-            offset: 20,
-            snapshot_ms: 1_700_000_000_000,
-            digest: "0123456789abcdef".into(),
-        };
+        let cursor = PageCursor::new(20, 1_700_000_000_000, "0123456789abcdef".into(), []);
         let raw = cursor.encode();
         assert_eq!(PageCursor::decode(&raw).unwrap(), cursor);
         let json = URL_SAFE_NO_PAD.decode(&raw).unwrap();
@@ -107,6 +156,24 @@ mod tests {
             std::str::from_utf8(&json).unwrap(),
             r#"{"o":20,"s":1700000000000,"h":"0123456789abcdef"}"#
         );
+        let ids = [Uuid::now_v7(), Uuid::new_v4()];
+        let walked = PageCursor::new(2, 0, String::new(), ids.iter().map(result_tag));
+        let back = PageCursor::decode(&walked.encode()).unwrap();
+        assert_eq!(
+            back.returned(),
+            vec![result_tag(&ids[0]), result_tag(&ids[1])]
+        );
+        assert_ne!(result_tag(&ids[0]), result_tag(&Uuid::now_v7()));
+    }
+
+    #[test]
+    fn a_cursor_whose_result_tags_are_cut_is_an_argument_error() {
+        let tags = URL_SAFE_NO_PAD.encode([1u8; 7]);
+        let raw = URL_SAFE_NO_PAD.encode(format!(r#"{{"o":1,"s":0,"h":"","r":"{tags}"}}"#));
+        let err = PageCursor::decode(&raw).unwrap_err();
+        assert_eq!(err.code, crate::ErrorCode::InvalidArgument);
+        let raw = URL_SAFE_NO_PAD.encode(r#"{"o":1,"s":0,"h":"","r":"*"}"#);
+        assert!(PageCursor::decode(&raw).is_err());
     }
 
     #[test]
