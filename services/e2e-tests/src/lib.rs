@@ -205,3 +205,20 @@ impl<H: ClientHandler> Mcp<H> {
             .clone()
     }
 }
+
+/// Polls `condition` every 50 ms until it holds; fails the test naming
+/// `what` after `within`.
+pub async fn eventually<F, Fut>(what: &str, within: std::time::Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !condition().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use mneme_core::Permission;
-use mneme_e2e_tests::{Mcp, Stack};
+use mneme_e2e_tests::{Mcp, Stack, eventually};
 use mneme_store::users::Role;
 use mneme_test_support::{TestDatabase, TestRedis, TestTenant, create_tenant};
 use reqwest::Method;
@@ -244,19 +244,6 @@ async fn settled_fingerprint(stack: &Stack, tenant: Uuid) -> BTreeMap<&'static s
         assert!(Instant::now() < deadline, "tenant {tenant} never settled");
         last = now;
         tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// Polls `condition` until it holds, for up to twenty seconds.
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -527,7 +514,7 @@ async fn world() -> World {
             json!({"fromId": second, "toId": first, "relationType": "caused_by"}),
         )
         .await;
-    eventually("B's memories are embedded", || {
+    eventually("B's memories are embedded", Duration::from_secs(20), || {
         let pending = stack.db.count_in_tenant(b.tenant_id, "embedding IS NULL");
         async move { pending.await == 0 }
     })
@@ -1906,7 +1893,7 @@ async fn recall_latency_does_not_reveal_another_tenants_near_duplicates() {
     let settled = |tenant: Uuid| {
         let stack = &stack;
         async move {
-            eventually("embeddings", || {
+            eventually("embeddings", Duration::from_secs(20), || {
                 let pending = stack.db.count_in_tenant(tenant, "embedding IS NULL");
                 async move { pending.await == 0 }
             })

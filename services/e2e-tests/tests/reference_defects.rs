@@ -38,11 +38,11 @@
 //! | 15 | `remember` amplifies writes (access counts, activation, search events) | [`remember_leaves_other_memories_usage_and_the_search_log_untouched`] |
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mneme_config::Config;
 use mneme_core::Permission;
-use mneme_e2e_tests::{Mcp, Stack, fragment_ids as ids};
+use mneme_e2e_tests::{Mcp, Stack, eventually, fragment_ids as ids};
 use mneme_test_support::{ALL_PERMISSIONS, TestTenant, create_tenant};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
@@ -150,19 +150,6 @@ async fn tool_names(mcp: &Mcp) -> Vec<String> {
         .collect()
 }
 
-/// Polls `condition` until it holds, for up to ten seconds.
-async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A raw HTTP answer from `/mcp`.
 #[derive(Debug)]
 struct Reply {
@@ -250,12 +237,16 @@ async fn recall_returns_results_in_the_order_of_their_final_score() {
         )
         .await;
     }
-    eventually("every fragment is embedded", || {
-        let pending = stack
-            .db
-            .count_in_tenant(acme.tenant_id, "embedding IS NULL");
-        async move { pending.await == 0 }
-    })
+    eventually(
+        "every fragment is embedded",
+        Duration::from_secs(10),
+        || {
+            let pending = stack
+                .db
+                .count_in_tenant(acme.tenant_id, "embedding IS NULL");
+            async move { pending.await == 0 }
+        },
+    )
     .await;
     let recalled = mcp
         .ok(
@@ -331,11 +322,15 @@ async fn automatic_links_and_duplicate_checks_never_reach_another_tenant_or_key(
             "from_id = '{}' AND to_id = '{}' AND relation_type IN ('temporal', 'related')",
             ids[1], ids[0]
         );
-        eventually("automatic links to the writer's own fragment", || {
-            let own = own.clone();
-            let stack = &stack;
-            async move { stack.db.count_rows(tenant, "fragment_links", &own).await == 2 }
-        })
+        eventually(
+            "automatic links to the writer's own fragment",
+            Duration::from_secs(10),
+            || {
+                let own = own.clone();
+                let stack = &stack;
+                async move { stack.db.count_rows(tenant, "fragment_links", &own).await == 2 }
+            },
+        )
         .await;
     }
     // …and to nothing of another key: every link joins two fragments of one key.
@@ -806,12 +801,16 @@ async fn a_cursor_over_mcp_walks_every_result_exactly_once() {
     }
     // Pages are stable for a fixed index; an embedding landing between two
     // pages would add the vector layer mid-walk and reorder the results.
-    eventually("every fragment is embedded", || {
-        let pending = stack
-            .db
-            .count_in_tenant(acme.tenant_id, "embedding IS NULL");
-        async move { pending.await == 0 }
-    })
+    eventually(
+        "every fragment is embedded",
+        Duration::from_secs(10),
+        || {
+            let pending = stack
+                .db
+                .count_in_tenant(acme.tenant_id, "embedding IS NULL");
+            async move { pending.await == 0 }
+        },
+    )
     .await;
     let mut cursor: Option<String> = None;
     let mut seen = Vec::new();
@@ -1161,10 +1160,14 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
                 .await
         }
     };
-    eventually("the third fragment links to both earlier ones", || {
-        let count = related_from(stored[2].clone());
-        async move { count.await == 2 }
-    })
+    eventually(
+        "the third fragment links to both earlier ones",
+        Duration::from_secs(10),
+        || {
+            let count = related_from(stored[2].clone());
+            async move { count.await == 2 }
+        },
+    )
     .await;
     // Linking runs after the commit, so the second fragment may also have
     // found the third by then; what matters is the pairs below.
@@ -1220,18 +1223,22 @@ async fn remember_leaves_other_memories_usage_and_the_search_log_untouched() {
         "the neighbours were looked at: {similar}"
     );
     // Give any background work of remember (automatic links) time to finish.
-    eventually("automatic links of the last write", || {
-        let stack = &stack;
-        let tenant = acme.tenant_id;
-        let id = similar["id"].as_str().unwrap().to_owned();
-        async move {
-            stack
-                .db
-                .count_rows(tenant, "fragment_links", &format!("from_id = '{id}'"))
-                .await
-                > 0
-        }
-    })
+    eventually(
+        "automatic links of the last write",
+        Duration::from_secs(10),
+        || {
+            let stack = &stack;
+            let tenant = acme.tenant_id;
+            let id = similar["id"].as_str().unwrap().to_owned();
+            async move {
+                stack
+                    .db
+                    .count_rows(tenant, "fragment_links", &format!("from_id = '{id}'"))
+                    .await
+                    > 0
+            }
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let touched = "access_count <> 0 OR accessed_at IS NOT NULL OR ema_activation <> 0";
@@ -1254,7 +1261,7 @@ async fn remember_leaves_other_memories_usage_and_the_search_log_untouched() {
             .await,
         1
     );
-    eventually("recall records the access", || {
+    eventually("recall records the access", Duration::from_secs(10), || {
         let stack = &stack;
         let tenant = acme.tenant_id;
         async move { stack.db.count_in_tenant(tenant, touched).await > 0 }
