@@ -1,4 +1,5 @@
-//! `mneme up`: the gateway, recall, remember and the embedding worker in one
+//! `mneme up`: the gateway, recall, remember (with automatic reflection of
+//! sessions) and the embedding worker in one
 //! process — the single-machine deployment. The services still talk gRPC
 //! over loopback, exactly as separate pods do, but share one database pool,
 //! one Redis client and one loaded embedding model.
@@ -84,6 +85,17 @@ pub async fn up(
 
     let remember = RememberServer::new(store.clone(), cache.clone(), config.remember.clone())
         .with_consolidation(config.consolidation.clone());
+    if config.auto_reflect.enabled {
+        let reflector = mneme_remember::auto_reflect::SessionReflector::new(
+            remember.clone(),
+            config.auto_reflect.clone(),
+        );
+        let reflector_stop = stop.clone();
+        tasks.spawn(async move {
+            reflector.run(reflector_stop).await;
+            ("automatic reflection", Ok(()))
+        });
+    }
     let (signer_for_remember, stopped) = (signer.clone(), stop.clone().cancelled_owned());
     tasks.spawn(async move {
         (

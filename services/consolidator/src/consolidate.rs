@@ -417,6 +417,19 @@ struct Answers<T> {
     stopped: Option<String>,
 }
 
+/// What the language model said to one question
+/// ([`Consolidator::ask_model`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelReply {
+    /// No language model is configured.
+    NoModel,
+    /// The JSON object it answered.
+    Answer(serde_json::Value),
+    /// No answer for now, and why: every provider paused, the tenant's
+    /// token budget of the day spent, a failed call, an answer without JSON.
+    NotNow(String),
+}
+
 /// Answers of one round of questions about pairs.
 #[derive(Debug, Default)]
 struct ModelAnswers {
@@ -585,6 +598,35 @@ impl Consolidator {
             tx.commit().await?;
         }
         Ok(answers)
+    }
+
+    /// Whether a language model is configured.
+    pub fn has_model(&self) -> bool {
+        self.llm.is_some()
+    }
+
+    /// Asks the configured language model one question for `tenant_id`,
+    /// within the tenant's daily token budget (for jobs outside the
+    /// consolidation stages, such as automatic reflection of sessions).
+    pub async fn ask_model(
+        &self,
+        tenant_id: Uuid,
+        instructions: &str,
+        prompt: String,
+    ) -> mneme_store::Result<ModelReply> {
+        let Some(llm) = &self.llm else {
+            return Ok(ModelReply::NoModel);
+        };
+        let mut answers = self
+            .ask(llm, tenant_id, Utc::now(), instructions, vec![((), prompt)])
+            .await?;
+        Ok(match (answers.answered.pop(), answers.failed.pop()) {
+            (Some(((), json)), _) => ModelReply::Answer(json),
+            (None, Some(((), why))) => ModelReply::NotNow(why),
+            (None, None) => ModelReply::NotNow(answers.stopped.unwrap_or_else(|| {
+                "every language model is paused after repeated failures".to_owned()
+            })),
+        })
     }
 
     /// [`Self::ask`] about pairs of notes, keeping the `verdict` of each

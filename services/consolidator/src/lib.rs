@@ -23,7 +23,7 @@ pub mod consolidate;
 pub mod llm;
 mod split;
 
-pub use consolidate::{Consolidator, STAGES, Stage};
+pub use consolidate::{Consolidator, ModelReply, STAGES, Stage};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -39,6 +39,7 @@
 //! binding → rmcp.
 #![forbid(unsafe_code)]
 
+mod activity;
 mod admin;
 mod auth;
 mod backends;
@@ -98,6 +99,9 @@ pub struct App {
     sse: Arc<sse::SseStreams>,
     surfacer: Arc<surfacing::Surfacer>,
     proxy: Arc<proxy::Proxy>,
+    /// Sessions' tool calls, for automatic reflection (`None`: off, or no
+    /// language model).
+    activity: Option<activity::ActivityLog>,
     admin: mneme_config::AdminConfig,
     /// This pod's request counters over the last hour, for the dashboard.
     admin_history: Arc<admin::History>,
@@ -150,6 +154,11 @@ impl App {
                     cache.clone(),
                 )
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ),
+            activity: activity::ActivityLog::new(
+                cache.clone(),
+                &config.auto_reflect,
+                !config.consolidation.llm.is_empty(),
             ),
             admin: gateway.admin.clone(),
             admin_history: Arc::default(),

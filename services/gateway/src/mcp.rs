@@ -26,6 +26,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::activity::ActivityLog;
 use crate::backends::Backends;
 use crate::catalog::{self, PublicLimits};
 use crate::session::{NegotiatedVersion, Sessions};
@@ -43,6 +44,7 @@ pub(crate) struct McpServer {
     backends: Backends,
     surfacer: Arc<crate::surfacing::Surfacer>,
     proxy: Arc<crate::proxy::Proxy>,
+    activity: Option<ActivityLog>,
     public_url: Arc<str>,
     limits: PublicLimits,
 }
@@ -99,14 +101,16 @@ fn request_error(error: Error) -> ErrorData {
 
 /// A tool error as MCP reports it: a tool result for argument and domain
 /// errors, a JSON-RPC error for protocol faults.
-pub(crate) fn tool_error(error: Error) -> Result<CallToolResponse, ErrorData> {
+pub(crate) fn tool_error(error: Error) -> Result<CallToolResult, ErrorData> {
     let Error { code, message } = error;
     let mut body = json!({"error": {"code": code.as_str(), "message": message}});
     if let Some(trace_id) = mneme_telemetry::trace::current_trace_id() {
         body["error"]["trace_id"] = trace_id.into();
     }
     match code.jsonrpc_code() {
-        None => Ok(CallToolResult::error(vec![ContentBlock::text(body.to_string())]).into()),
+        None => Ok(CallToolResult::error(vec![ContentBlock::text(
+            body.to_string(),
+        )])),
         Some(jsonrpc) => Err(ErrorData::new(
             rmcp::model::ErrorCode(jsonrpc),
             message,
@@ -300,14 +304,40 @@ impl McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let principal = principal(&context)?;
-        if REGISTRY.get(&request.name).is_none() {
-            let arguments = request.arguments.unwrap_or_default();
+        let arguments = request.arguments.unwrap_or_default();
+        let logged = self
+            .activity
+            .as_ref()
+            .filter(|_| principal.session_id.is_some())
+            .map(|log| (log, ActivityLog::detail(&arguments)));
+        let answer = self
+            .answer(&request.name, &principal, arguments, &context)
+            .await;
+        if let Some((log, detail)) = logged {
+            let failed = answer
+                .as_ref()
+                .map_or(true, |result| result.is_error == Some(true));
+            log.record(&principal, &request.name, detail, failed);
+        }
+        answer.map(Into::into)
+    }
+
+    /// Runs one tool call: mneme's own tools through the registry, others
+    /// through the tenant's upstream servers.
+    async fn answer(
+        &self,
+        name: &str,
+        principal: &Principal,
+        arguments: rmcp::model::JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if REGISTRY.get(name).is_none() {
             return match self
                 .proxy
-                .call(&self.surfacer, &principal, &request.name, arguments)
+                .call(&self.surfacer, principal, name, arguments)
                 .await
             {
-                Some(Ok(result)) => Ok(result.into()),
+                Some(Ok(result)) => Ok(result),
                 Some(Err(error)) => tool_error(error),
                 // A wrong tool name is the model's mistake to correct, like
                 // a wrong argument (SEP-1303): it gets a readable tool
@@ -315,10 +345,7 @@ impl McpServer {
                 // model. Another tenant's upstream reads the same.
                 None => tool_error(Error::new(
                     mneme_core::ErrorCode::NotFound,
-                    format!(
-                        "unknown tool `{}`: tools/list names the available tools",
-                        request.name
-                    ),
+                    format!("unknown tool `{name}`: tools/list names the available tools"),
                 )),
             };
         }
@@ -328,16 +355,9 @@ impl McpServer {
                 token,
             }) as Arc<dyn ProgressSink>
         });
-        let tool_context = self.tool_context(principal, progress);
-        match REGISTRY
-            .call(
-                &request.name,
-                tool_context,
-                request.arguments.unwrap_or_default(),
-            )
-            .await
-        {
-            Ok(value) => Ok(CallToolResult::structured(value).into()),
+        let tool_context = self.tool_context(principal.clone(), progress);
+        match REGISTRY.call(name, tool_context, arguments).await {
+            Ok(value) => Ok(CallToolResult::structured(value)),
             Err(error) => tool_error(error),
         }
     }
@@ -376,6 +396,7 @@ impl McpServer {
             backends: app.backends.clone(),
             surfacer: app.surfacer.clone(),
             proxy: app.proxy.clone(),
+            activity: app.activity.clone(),
             public_url: app.public_url.as_str().into(),
             limits: app.limits.clone(),
         }

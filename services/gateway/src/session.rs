@@ -284,12 +284,21 @@ impl SessionLayer {
     pub(crate) async fn terminate(&self, id: &str, mut record: SessionRecord) {
         record.closed = true;
         self.save(id, &record).await;
+        self.reflect_soon(id).await;
         if let Err(error) = self.cache.delete_session_state(id).await {
             tracing::warn!(%error, "terminated session's state not deleted");
         }
         let id: SessionId = id.to_owned().into();
         if self.sessions.local.has_session(&id).await.unwrap_or(false) {
             let _ = self.sessions.close_session(&id).await;
+        }
+    }
+
+    /// A closed session's activity is due for automatic reflection at once
+    /// rather than after the idle period (a no-op when it has none).
+    async fn reflect_soon(&self, id: &str) {
+        if let Err(error) = self.cache.close_activity(id).await {
+            tracing::debug!(%error, "closed session's activity not marked due");
         }
     }
 
@@ -534,6 +543,7 @@ async fn continue_session(
         let mut record = record_for(&principal, String::new());
         record.closed = true;
         layer.save(&id, &record).await;
+        layer.reflect_soon(&id).await;
     }
     next.run(request).await
 }

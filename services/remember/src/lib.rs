@@ -10,7 +10,9 @@
 //! - `feedback`: tool feedback and what it teaches (activation, link weights);
 //! - `symbolic`: the symbolic layer on writes (policy gate, claims and
 //!   polarity conflicts), behind `MNEME_SYMBOLIC_*`;
-//! - `consolidate`: consolidation of the caller's tenant on demand (admin).
+//! - `consolidate`: consolidation of the caller's tenant on demand (admin);
+//! - [`auto_reflect`]: reflection of idle and closed MCP sessions from
+//!   their activity log ([`auto_reflect::SessionReflector`]).
 //!
 //! A `remember` is acknowledged once its transaction commits. The embedding
 //! is computed afterwards by the embedding worker (mneme-consolidator), which
@@ -18,6 +20,7 @@
 //! full text and keywords.
 #![forbid(unsafe_code)]
 
+pub mod auto_reflect;
 mod consolidate;
 mod edit;
 mod feedback;
@@ -232,12 +235,23 @@ pub async fn run(
     let cache = Cache::from_config(&config.redis).await?;
     let server = RememberServer::new(store, cache, config.remember.clone())
         .with_consolidation(config.consolidation.clone());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let reflector = config.auto_reflect.enabled.then(|| {
+        let reflector =
+            auto_reflect::SessionReflector::new(server.clone(), config.auto_reflect.clone());
+        tokio::spawn(reflector.run(stop.clone()))
+    });
     tracing::info!(addr = %listener.local_addr()?, "remember service listening");
-    serve(
+    let served = serve(
         server,
         PrincipalSigner::new(token.expose()),
         listener,
         shutdown,
     )
-    .await
+    .await;
+    stop.cancel();
+    if let Some(reflector) = reflector {
+        reflector.await?;
+    }
+    served
 }

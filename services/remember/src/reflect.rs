@@ -19,6 +19,8 @@ use crate::write::Write;
 const DEFAULT_TOPIC: &str = "session_reflect";
 /// Items marked this way are lessons: `context` ranks them higher.
 const LEARNING_PREFIX: &str = "LEARNING:";
+/// `source` of what `reflect` stores.
+const REFLECT_SOURCE: &str = "reflect";
 /// Items a generated narrative is built from.
 const NARRATIVE_ITEMS: usize = 8;
 
@@ -118,6 +120,17 @@ impl RememberServer {
         principal: &Principal,
         request: ReflectRequest,
     ) -> Result<ReflectResponse> {
+        self.reflect_from(principal, request, REFLECT_SOURCE).await
+    }
+
+    /// [`Self::reflect`], with the fragments' `source` (lessons keep
+    /// `learning_extraction`).
+    pub(crate) async fn reflect_from(
+        &self,
+        principal: &Principal,
+        request: ReflectRequest,
+        source: &str,
+    ) -> Result<ReflectResponse> {
         principal.require(Permission::Write)?;
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let session_id = request
@@ -160,7 +173,7 @@ impl RememberServer {
             topic: topic.clone(),
             r#type: fragment_type.to_owned(),
             importance: Some(importance),
-            source: Some("reflect".into()),
+            source: Some(source.into()),
             workspace: workspace.clone(),
             agent_id: Some(agent_id.clone()),
             session_id: session_id.clone(),
@@ -179,7 +192,7 @@ impl RememberServer {
                 all_items.push(item.to_owned());
                 let (text, source) = match item.strip_prefix(LEARNING_PREFIX) {
                     Some(lesson) => (lesson.trim(), "learning_extraction"),
-                    None => (item, "reflect"),
+                    None => (item, source),
                 };
                 let mut remember = base(
                     format!("{}{text}", kind.prefix),

@@ -14,6 +14,7 @@
 //! (rate window, cooldown, dedup and invalidation of active surfacing),
 //! [`proxy`] (progressive results, the upstream result cache and the
 //! upstream-change channel).
+//! [`activity`] (each session's activity log, for automatic reflection),
 //! [`sessions`] (MCP session records and each tenant's index of them),
 //! [`admin`] (dashboard sign-ins), [`rate_limit`] (shared request
 //! counters) and [`relay`] (messages for a connection another process
@@ -21,6 +22,7 @@
 //! gateway degrades differently when Redis is down than when a key is absent.
 #![forbid(unsafe_code)]
 
+pub mod activity;
 pub mod admin;
 pub mod proxy;
 pub mod rate_limit;
@@ -28,6 +30,7 @@ pub mod relay;
 pub mod sessions;
 pub mod surfacing;
 
+pub use activity::{ActivityEntry, ActivityOwner, SessionActivity};
 pub use rate_limit::{Admission, Bucket};
 pub use relay::{Relay, RelayMessages, Relayed};
 pub use sessions::{SessionLifetime, SessionRecord};

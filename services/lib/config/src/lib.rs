@@ -213,6 +213,29 @@ pub struct Config {
     pub surfacing: SurfacingConfig,
     /// The MCP proxy toward tenants' upstream servers (gateway).
     pub proxy: ProxyConfig,
+    /// Automatic reflection of sessions: the gateway logs, remember reflects.
+    pub auto_reflect: AutoReflectConfig,
+}
+
+/// Automatic reflection of idle and closed sessions (`MNEME_AUTO_REFLECT_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoReflectConfig {
+    pub enabled: bool,
+    pub idle: Duration,
+    pub min_session: Duration,
+    pub poll_interval: Duration,
+    pub per_poll: usize,
+    pub log_entries: usize,
+    pub max_attempts: i32,
+}
+
+impl AutoReflectConfig {
+    /// How long a session's activity log lives: past the idle period, so an
+    /// idle session is still there to reflect, with a day of slack for
+    /// pods that were down.
+    pub fn log_ttl(&self) -> Duration {
+        self.idle + Duration::from_secs(86_400)
+    }
 }
 
 /// The MCP proxy (`MNEME_PROXY_*`). Per-upstream settings that a tenant
@@ -1384,6 +1407,16 @@ impl Config {
             ));
         }
 
+        let auto_reflect = AutoReflectConfig {
+            enabled: r.flag(settings::AUTO_REFLECT),
+            idle: r.secs(settings::AUTO_REFLECT_IDLE_SECS),
+            min_session: Duration::from_secs(r.value(settings::AUTO_REFLECT_MIN_SESSION_SECS)),
+            poll_interval: r.secs(settings::AUTO_REFLECT_POLL_SECS),
+            per_poll: r.positive(settings::AUTO_REFLECT_PER_POLL),
+            log_entries: r.positive(settings::AUTO_REFLECT_LOG_ENTRIES),
+            max_attempts: r.positive_i32(settings::AUTO_REFLECT_MAX_ATTEMPTS),
+        };
+
         if r.problems.is_empty() {
             Ok(Config {
                 database,
@@ -1399,6 +1432,7 @@ impl Config {
                 symbolic,
                 surfacing,
                 proxy,
+                auto_reflect,
             })
         } else {
             Err(ConfigError {

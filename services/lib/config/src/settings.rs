@@ -99,6 +99,22 @@ settings! {
         SESSION_REUSE_BY_TOKEN = "MNEME_SESSION_REUSE_BY_TOKEN", Some("false"),
             "An `initialize` with the same bearer credential as a live session gets that session back instead of a new one. Off by default: clients that share a credential and run at the same time (parallel tool calls, two windows) would share one session and their JSON-RPC ids would collide, losing answers; short-lived sessions (`MNEME_SESSION_MIN_TTL_SECS`) keep per-call hosts from piling up sessions instead. Only a hash of the credential is kept.";
     }
+    "Automatic reflection" {
+        AUTO_REFLECT = "MNEME_AUTO_REFLECT", Some("true"),
+            "Keep what happened in an MCP session without the agent calling `reflect`: the gateway logs each session's tool calls in Redis, and once a session has been idle for `MNEME_AUTO_REFLECT_IDLE_SECS` (or was closed) a remember pod asks the language model (`MNEME_LLM_URL`) to sum it up and stores the answer as `reflect` would, as the session's own key. Sessions that called `remember` themselves, or lasted less than `MNEME_AUTO_REFLECT_MIN_SESSION_SECS`, are left alone; without a language model nothing is logged or reflected.";
+        AUTO_REFLECT_IDLE_SECS = "MNEME_AUTO_REFLECT_IDLE_SECS", Some("86400"),
+            "Seconds without a tool call after which a session is reflected (the stretch so far; later activity is reflected again after the next idle period).";
+        AUTO_REFLECT_MIN_SESSION_SECS = "MNEME_AUTO_REFLECT_MIN_SESSION_SECS", Some("30"),
+            "Sessions whose logged calls span less than this many seconds are not reflected (hosts that open a session per call leave many such).";
+        AUTO_REFLECT_POLL_SECS = "MNEME_AUTO_REFLECT_POLL_SECS", Some("300"),
+            "How often each remember pod looks for sessions due for reflection.";
+        AUTO_REFLECT_PER_POLL = "MNEME_AUTO_REFLECT_PER_POLL", Some("50"),
+            "Sessions one remember pod takes per poll (one language-model call each); the rest wait for the next poll.";
+        AUTO_REFLECT_LOG_ENTRIES = "MNEME_AUTO_REFLECT_LOG_ENTRIES", Some("200"),
+            "Tool calls kept in a session's activity log (the newest stay); each entry's detail is cut to 300 characters.";
+        AUTO_REFLECT_MAX_ATTEMPTS = "MNEME_AUTO_REFLECT_MAX_ATTEMPTS", Some("3"),
+            "Tries of a session's reflection (a failed language-model call or write is tried again at the next poll) before it is given up and recorded as failed.";
+    }
     "Rate limits" {
         RATE_LIMIT_WINDOW_SECS = "MNEME_RATE_LIMIT_WINDOW_SECS", Some("60"),
             "Length of a rate-limit window, in seconds. Limits below count requests per window, shared by all gateway pods through Redis.";

@@ -41,6 +41,7 @@ pub mod oauth;
 pub mod platform_admins;
 pub mod search_events;
 pub mod search_thresholds;
+pub mod session_reflections;
 pub mod stats;
 pub mod surfacing;
 pub mod tenants;

@@ -1,0 +1,107 @@
+//! Automatic reflection end to end: the gateway logs a session's tool
+//! calls, the client closes the session, and the remember service's
+//! reflector sums the log up with the (stub) language model and stores the
+//! summary as the session's own key.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use mneme_e2e_tests::{Stack, eventually};
+use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
+use serde_json::{Value, json};
+
+type Prompts = Arc<Mutex<Vec<String>>>;
+
+async fn complete(State(prompts): State<Prompts>, Json(body): Json<Value>) -> Json<Value> {
+    let prompt = body["messages"][1]["content"].as_str().unwrap_or_default();
+    prompts.lock().unwrap().push(prompt.to_owned());
+    let answer = json!({"summary": ["The staging database runs PostgreSQL 15."],
+        "decisions": [], "errors_resolved": [], "new_procedures": [],
+        "open_questions": ["Who owns the staging backups?"], "narrative_summary": ""});
+    Json(json!({"choices": [{"message": {"role": "assistant", "content": answer.to_string()}}]}))
+}
+
+#[tokio::test]
+async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
+    let prompts = Prompts::default();
+    let model = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(complete))
+        .with_state(prompts.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let llm_url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, model).await.unwrap() });
+    // The idle period stays a day: only closing makes a session due here.
+    let stack = Stack::start(
+        "hash",
+        &[
+            ("MNEME_LLM_URL", &llm_url),
+            ("MNEME_AUTO_REFLECT_POLL_SECS", "1"),
+            ("MNEME_AUTO_REFLECT_MIN_SESSION_SECS", "0"),
+        ],
+    )
+    .await;
+    let store = stack.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let rival = create_tenant(&store, "rival", ALL_PERMISSIONS).await;
+
+    let closing = stack.mcp(&acme.api_key).await;
+    closing
+        .ok("recall", json!({"text": "staging database version"}))
+        .await;
+    closing.ok("context", json!({})).await;
+    let open = stack.mcp(&rival.api_key).await;
+    open.ok("recall", json!({"text": "rival roadmap"})).await;
+    open.ok("context", json!({})).await;
+    // Sends DELETE /mcp for the session.
+    closing.client.cancel().await.unwrap();
+
+    eventually(
+        "the closed session is reflected",
+        Duration::from_secs(20),
+        || {
+            let count = stack
+                .db
+                .count_in_tenant(acme.tenant_id, "source = 'auto_reflect'");
+            async move { count.await > 0 }
+        },
+    )
+    .await;
+    let asked = prompts.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "only the closed session: {asked:?}");
+    assert!(asked[0].contains("2 tool calls"), "{}", asked[0]);
+    assert!(
+        asked[0].contains(r#"recall: {"text":"staging database version"}"#),
+        "{}",
+        asked[0]
+    );
+    assert!(
+        !asked[0].contains("rival"),
+        "another tenant's session stays out"
+    );
+    let own = format!(
+        "source = 'auto_reflect' AND key_id = '{}' AND session_id IS NOT NULL",
+        acme.key_id
+    );
+    assert_eq!(
+        stack.db.count_in_tenant(acme.tenant_id, &own).await,
+        3,
+        "the fact, the open question and their episode, as the session's key"
+    );
+    assert_eq!(
+        stack
+            .db
+            .count_in_tenant(rival.tenant_id, "source = 'auto_reflect'")
+            .await,
+        0
+    );
+
+    // The reflection is findable like any memory.
+    let reader = stack.mcp(&acme.api_key).await;
+    let found = reader
+        .ok("recall", json!({"text": "staging database PostgreSQL"}))
+        .await;
+    assert!(found.to_string().contains("runs PostgreSQL 15"), "{found}");
+    stack.shutdown().await.unwrap();
+}
