@@ -425,9 +425,12 @@ pub enum ModelReply {
     NoModel,
     /// The JSON object it answered.
     Answer(serde_json::Value),
-    /// No answer for now, and why: every provider paused, the tenant's
-    /// token budget of the day spent, a failed call, an answer without JSON.
-    NotNow(String),
+    /// This question failed, and why: a failed call, an answer without JSON.
+    Failed(String),
+    /// Not asked, and why: every provider is paused after repeated
+    /// failures, or the tenant's token budget of the day is spent. Asking
+    /// later may work; the question itself is not at fault.
+    Paused(String),
 }
 
 /// Answers of one round of questions about pairs.
@@ -622,8 +625,8 @@ impl Consolidator {
             .await?;
         Ok(match (answers.answered.pop(), answers.failed.pop()) {
             (Some(((), json)), _) => ModelReply::Answer(json),
-            (None, Some(((), why))) => ModelReply::NotNow(why),
-            (None, None) => ModelReply::NotNow(answers.stopped.unwrap_or_else(|| {
+            (None, Some(((), why))) => ModelReply::Failed(why),
+            (None, None) => ModelReply::Paused(answers.stopped.unwrap_or_else(|| {
                 "every language model is paused after repeated failures".to_owned()
             })),
         })

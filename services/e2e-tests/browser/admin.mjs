@@ -337,6 +337,7 @@ async function walk(browser) {
   const sessionRow = page.locator('tr[data-session-id]').first();
   await sessionRow.waitFor();
   const sessionId = await sessionRow.getAttribute('data-session-id');
+  await page.getByRole('heading', { name: 'Automatic reflections' }).waitFor();
   await checkMarkup();
   await shot('sessions');
   step = 'sessions: terminate';

@@ -420,6 +420,7 @@ async fn tenant_admins_see_only_their_tenant() {
         "/users",
         "/audit",
         "/graph",
+        "/session-reflections",
     ] {
         let (status, body) = b_owner.get(path).await;
         assert_eq!(status, 200, "{path}");

@@ -97,6 +97,18 @@ async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
         0
     );
 
+    let owner = stack.db.owner_in_tenant(acme.tenant_id).await;
+    let row = owner
+        .query_one(
+            "SELECT state, calls, fragments, key_id FROM mneme.session_reflections",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "reflected");
+    assert_eq!((row.get::<_, i32>(1), row.get::<_, i32>(2)), (2, 3));
+    assert_eq!(row.get::<_, uuid::Uuid>(3), acme.key_id);
+
     // The reflection is findable like any memory.
     let reader = stack.mcp(&acme.api_key).await;
     let found = reader

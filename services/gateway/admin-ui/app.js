@@ -1610,8 +1610,9 @@ async function graphContent(filters) {
 // ---------------------------------------------------------------- sessions
 
 async function screenSessions(view) {
-  const data = await api('GET', '/sessions');
+  const [data, reflected] = await Promise.all([api('GET', '/sessions'), api('GET', '/session-reflections')]);
   const sessions = data.sessions || [];
+  const reflections = reflected.reflections || [];
   const reload = h('button', { class: 'btn', type: 'button', text: 'Refresh', onclick: refresh });
   fill(view,
     pageHead('Sessions', 'Live MCP sessions of your agents. Terminating one makes its client start a new session.', reload),
@@ -1647,7 +1648,22 @@ async function screenSessions(view) {
             },
           }) : '—', cls: 'actions-cell' },
         ]),
-      }) : empty('No live sessions', 'Sessions appear here while an agent is connected to /mcp with one of your API keys.')));
+      }) : empty('No live sessions', 'Sessions appear here while an agent is connected to /mcp with one of your API keys.')),
+    h('section', { class: 'card flush', 'aria-labelledby': 'reflections-title' },
+      h('div', { class: 'card-head' }, h('h2', { id: 'reflections-title', text: 'Automatic reflections' })),
+      reflections.length ? table({
+        caption: 'What idle and closed sessions were summed up into',
+        columns: ['Session', 'Key', 'Outcome', 'Calls', 'Memories', 'Reason', 'When'],
+        rows: reflections.map((r) => [
+          h('code', { text: shortId(r.sessionId), title: r.sessionId }),
+          shortId(r.keyId),
+          r.state,
+          String(r.calls),
+          String(r.fragments),
+          r.reason || '—',
+          { value: timeEl(r.finishedAt || r.claimedAt), cls: 'nowrap' },
+        ]),
+      }) : empty('No automatic reflections yet', 'With a language model configured, a session idle for a day or closed by its client is summed up into memories of its key, unless the agent stored memories itself.')));
 }
 
 // ---------------------------------------------------------------- surfacing

@@ -18,7 +18,9 @@
 //!    `auto_reflect`;
 //! 4. records the outcome and drops the reflected activity from Redis; a
 //!    failed try is repeated at the next poll, up to
-//!    `MNEME_AUTO_REFLECT_MAX_ATTEMPTS`.
+//!    `MNEME_AUTO_REFLECT_MAX_ATTEMPTS`. A model that is paused (every
+//!    provider's breaker open, the tenant's token budget spent) uses up no
+//!    attempt: the session waits for a later poll.
 //!
 //! The log is the agent's own tool calls, so the summary is stored only
 //! where the session could have written itself.
@@ -68,7 +70,7 @@ static SESSIONS: LazyLock<IntCounterVec> = LazyLock::new(|| {
         IntCounterVec::new(
             Opts::new(
                 "mneme_auto_reflect_sessions_total",
-                "Sessions looked at by automatic reflection, by outcome (reflected, nothing_to_keep, remembered_itself, too_short, no_model, key_unusable, failed, retried).",
+                "Sessions looked at by automatic reflection, by outcome (reflected, nothing_to_keep, remembered_itself, too_short, no_model, key_unusable, paused, retried, failed).",
             ),
             &["outcome"],
         )
@@ -287,6 +289,14 @@ impl SessionReflector {
             .consolidator
             .ask_model(tenant_id, INSTRUCTIONS, prompt(&activity))
             .await?;
+        if let ModelReply::Paused(why) = &reply {
+            let mut client = store.client().await?;
+            let tx = TenantTx::begin(&mut client, tenant_id).await?;
+            session_reflections::release(&tx, session, until, why).await?;
+            tx.commit().await?;
+            SESSIONS.with_label_values(&["paused"]).inc();
+            return Ok(());
+        }
         let (outcome, label): (Outcome<'_>, &str);
         let failure: String;
         match reply {
@@ -329,7 +339,7 @@ impl SessionReflector {
                     label = "nothing_to_keep";
                 }
             },
-            ModelReply::NotNow(why) => {
+            ModelReply::Failed(why) | ModelReply::Paused(why) => {
                 failure = why;
                 outcome = Outcome::Failed {
                     calls,

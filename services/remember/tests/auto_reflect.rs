@@ -51,8 +51,9 @@ async fn start_model(answer: Value) -> (Arc<Model>, String) {
     (model, url)
 }
 
-fn consolidation(llm_url: Option<String>) -> ConsolidationConfig {
+fn consolidation(llm_url: Option<String>, daily_tokens: i64) -> ConsolidationConfig {
     let mut settings = Config::defaults().consolidation;
+    settings.llm_tenant_daily_tokens = daily_tokens;
     settings.llm = llm_url
         .map(|url| LlmConfig {
             url,
@@ -86,13 +87,18 @@ struct Harness {
 
 impl Harness {
     async fn new(llm_url: Option<String>) -> Self {
+        Self::with_budget(llm_url, 100_000).await
+    }
+
+    /// A harness whose tenants may spend `daily_tokens` on the model.
+    async fn with_budget(llm_url: Option<String>, daily_tokens: i64) -> Self {
         let db = TestDatabase::create().await;
         let redis = TestRedis::new();
         let store = db.store();
         let tenant = create_tenant(&store, "sessions", ALL_PERMISSIONS).await;
         let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
         let server = RememberServer::new(store, cache.clone(), Config::defaults().remember)
-            .with_consolidation(consolidation(llm_url));
+            .with_consolidation(consolidation(llm_url, daily_tokens));
         Self {
             db,
             _redis: redis,
@@ -340,5 +346,46 @@ async fn an_unusable_answer_is_tried_again_then_given_up() {
         h.count("true").await,
         0,
         "nothing stored from an unusable answer"
+    );
+}
+
+#[tokio::test]
+async fn a_spent_token_budget_makes_sessions_wait_without_using_attempts() {
+    let (model, url) = start_model(serde_json::from_str(ANSWER).unwrap()).await;
+    // Each answer costs 200 tokens: the first session spends the day's 150.
+    let h = Harness::with_budget(Some(url), 150).await;
+    let calls = [("recall", "{}"), ("context", "{}"), ("recall", "{}")];
+    h.log("s-first", &calls, 300).await;
+    h.log("s-second", &calls, 120).await;
+    let reflector = h.reflector();
+    assert_eq!(reflector.reflect_due(Utc::now()).await.unwrap(), 2);
+    for _ in 0..3 {
+        assert_eq!(reflector.reflect_due(Utc::now()).await.unwrap(), 1);
+    }
+    assert_eq!(
+        model.prompts.lock().unwrap().len(),
+        1,
+        "nothing asked past the budget"
+    );
+    assert_eq!(
+        h.reflections("session_id = 's-first' AND state = 'reflected'")
+            .await,
+        1
+    );
+    assert_eq!(
+        h.reflections(
+            "session_id = 's-second' AND state = 'failed' AND attempts = 0 \
+             AND reason LIKE '%budget%'"
+        )
+        .await,
+        1,
+        "the waiting session keeps all its attempts"
+    );
+    assert!(
+        h.cache
+            .session_activity("s-second")
+            .await
+            .unwrap()
+            .is_some()
     );
 }

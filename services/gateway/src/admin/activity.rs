@@ -302,6 +302,29 @@ pub(crate) async fn reflect_session(
     }))
 }
 
+/// `GET /session-reflections`: what automatic reflection made of the
+/// tenant's sessions (the last 50).
+pub(crate) async fn session_reflections(State(app): State<App>, scope: InTenant) -> Reply {
+    let mut db = app.store.client().await?;
+    let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
+    let reflections = mneme_store::session_reflections::recent(&tx, None, 50).await?;
+    json(json!({
+        "reflections": reflections.iter().map(|r| json!({
+            "sessionId": r.session_id,
+            "keyId": r.key_id,
+            "activityUntil": chrono::DateTime::from_timestamp_millis(r.activity_until_ms),
+            "state": r.state,
+            "reason": r.reason,
+            "calls": r.calls,
+            "fragments": r.fragments,
+            "episodeId": r.episode_id,
+            "attempts": r.attempts,
+            "claimedAt": r.claimed_at,
+            "finishedAt": r.finished_at,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct DaysParam {
     days: Option<i64>,

@@ -328,6 +328,13 @@ pub(crate) const ROUTES: &[Route] = &[
     ),
     route(
         Get,
+        "/session-reflections",
+        AnyRole,
+        "Automatic reflections of idle and closed sessions, newest first.",
+        |m| on(m, activity::session_reflections),
+    ),
+    route(
+        Get,
         "/search-analytics",
         AnyRole,
         "Recalls per day: count, empty results, latency.",

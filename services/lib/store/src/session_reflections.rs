@@ -122,6 +122,24 @@ pub async fn finish(
     Ok(())
 }
 
+/// Gives a claim back without using up an attempt (the model was paused,
+/// not wrong): the next poll may claim it again.
+pub async fn release(
+    tx: &TenantTx<'_>,
+    session_id: &str,
+    activity_until_ms: i64,
+    reason: &str,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE mneme.session_reflections
+            SET state = 'failed', reason = $4, attempts = attempts - 1, finished_at = now()
+          WHERE tenant_id = $1 AND session_id = $2 AND activity_until = $3",
+        &[&tx.tenant_id(), &session_id, &activity_until_ms, &reason],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Whether the stretch up to `activity_until_ms` is settled (reflected,
 /// skipped, or failed for the last time): its activity may be dropped.
 pub async fn settled(
