@@ -358,9 +358,15 @@ async fn tool_feedback_calibrates_importance_once_with_a_cap_per_session() {
 async fn old_unimportant_reflections_are_purged_but_the_newest_are_kept() {
     let h = harness().await;
     let mut reflections = Vec::new();
+    // Reflections by `reflect` and by automatic reflection count together.
     for age in 40..47 {
+        let source = if age % 2 == 0 {
+            "reflect"
+        } else {
+            "auto_reflect"
+        };
         let assignments = format!(
-            "source = 'reflect', importance = 0.2, last_decay_at = NOW, created_at = {}",
+            "source = '{source}', importance = 0.2, last_decay_at = NOW, created_at = {}",
             days_ago(age)
         );
         reflections.push(h.fragment(&h.tenant, "fact", &assignments).await);

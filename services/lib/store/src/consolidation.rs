@@ -419,7 +419,8 @@ pub async fn feedback_calibration(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Resu
         .await?)
 }
 
-/// Deletes old, unimportant session reflections: of each key and type the
+/// Deletes old, unimportant session reflections (by `reflect` or automatic
+/// reflection, counted together): of each key and type the
 /// newest `reflections_kept` stay; of the others, those older than 30 days
 /// below importance 0.3 go, at most 30 per run (never anchors or permanent
 /// ones).
@@ -435,7 +436,8 @@ pub async fn reflection_purge(
                         row_number() OVER (PARTITION BY key_id, type
                                            ORDER BY created_at DESC, id DESC) AS n
                    FROM mneme.fragments
-                  WHERE tenant_id = $1 AND source = 'reflect' AND valid_to IS NULL),
+                  WHERE tenant_id = $1 AND source IN ('reflect', 'auto_reflect')
+                    AND valid_to IS NULL),
              victims AS (
                  SELECT id FROM ranked
                   WHERE n > $3 AND created_at < $2::timestamptz - interval '30 days'
