@@ -107,6 +107,21 @@ impl Stack {
         }
     }
 
+    /// Waits until every fragment of `tenant_id` has its embedding.
+    pub async fn wait_until_embedded(&self, tenant_id: uuid::Uuid) {
+        eventually(
+            "every fragment is embedded",
+            std::time::Duration::from_secs(20),
+            || async move {
+                self.db
+                    .count_in_tenant(tenant_id, "embedding IS NULL")
+                    .await
+                    == 0
+            },
+        )
+        .await;
+    }
+
     /// Stops every service and returns how the stack ended.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.stop.cancel();

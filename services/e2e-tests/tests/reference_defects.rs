@@ -237,17 +237,7 @@ async fn recall_returns_results_in_the_order_of_their_final_score() {
         )
         .await;
     }
-    eventually(
-        "every fragment is embedded",
-        Duration::from_secs(10),
-        || {
-            let pending = stack
-                .db
-                .count_in_tenant(acme.tenant_id, "embedding IS NULL");
-            async move { pending.await == 0 }
-        },
-    )
-    .await;
+    stack.wait_until_embedded(acme.tenant_id).await;
     let recalled = mcp
         .ok(
             "recall",
@@ -801,17 +791,7 @@ async fn a_cursor_over_mcp_walks_every_result_exactly_once() {
     }
     // Pages are stable for a fixed index; an embedding landing between two
     // pages would add the vector layer mid-walk and reorder the results.
-    eventually(
-        "every fragment is embedded",
-        Duration::from_secs(10),
-        || {
-            let pending = stack
-                .db
-                .count_in_tenant(acme.tenant_id, "embedding IS NULL");
-            async move { pending.await == 0 }
-        },
-    )
-    .await;
+    stack.wait_until_embedded(acme.tenant_id).await;
     let mut cursor: Option<String> = None;
     let mut seen = Vec::new();
     let mut pages = 0;

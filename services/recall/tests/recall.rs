@@ -313,26 +313,37 @@ mod filters_and_pages {
         }
     }
 
-    #[tokio::test]
-    async fn a_cursor_walks_every_result_once_and_pages_do_not_shift() {
-        // This test is about fragments written mid-walk; links written
-        // mid-walk have their own test below.
+    /// A harness holding 25 look-alike inventory facts (their ids in
+    /// order) and writing no automatic links, and the query that pages
+    /// through them ten at a time.
+    async fn inventory() -> (Harness, Vec<String>) {
         let mut settings = mneme_config::Config::defaults().remember;
         settings.proactive_links = false;
         settings.temporal_link_hours = 0.0;
         let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
+        let mut ids = Vec::new();
         for i in 0..25 {
-            h.put(fact(&format!(
-                "Inventory item {i:02} is stored in warehouse aisle {i}."
-            )))
-            .await;
+            let content = format!("Inventory item {i:02} is stored in warehouse aisle {i}.");
+            ids.push(h.put(fact(&content)).await);
         }
-        let query = |cursor: Option<String>| RecallRequest {
+        (h, ids)
+    }
+
+    fn inventory_page(cursor: Option<String>) -> RecallRequest {
+        RecallRequest {
             text: Some("inventory item warehouse aisle".into()),
             limit: Some(10),
             cursor,
             ..Default::default()
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cursor_walks_every_result_once_and_pages_do_not_shift() {
+        // This test is about fragments written mid-walk; links written
+        // mid-walk have their own test below.
+        let (h, _) = inventory().await;
+        let query = inventory_page;
         let first = h.recall(query(None)).await;
         assert_eq!(first.fragments.len(), 10);
         assert!(first.has_more);
@@ -361,26 +372,9 @@ mod filters_and_pages {
         // automatic links of a remember, written in the background, do
         // this). Counting an offset into the moved ranking returned one
         // result twice and another never.
-        let mut settings = mneme_config::Config::defaults().remember;
-        settings.proactive_links = false;
-        settings.temporal_link_hours = 0.0;
-        let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
-        let mut ids = Vec::new();
-        for i in 0..25 {
-            ids.push(
-                h.put(fact(&format!(
-                    "Inventory item {i:02} is stored in warehouse aisle {i}."
-                )))
-                .await,
-            );
-        }
+        let (h, ids) = inventory().await;
         h.embed_all().await;
-        let query = |cursor: Option<String>| RecallRequest {
-            text: Some("inventory item warehouse aisle".into()),
-            limit: Some(10),
-            cursor,
-            ..Default::default()
-        };
+        let query = inventory_page;
         let first = h.recall(query(None)).await;
         let first_ids: Vec<String> = first.fragments.iter().map(|f| f.id.clone()).collect();
         let lifted = ids

@@ -156,6 +156,9 @@ impl Harness {
     }
 }
 
+/// A session of four recalls (a minute long): long enough to reflect.
+const FOUR_RECALLS: [(&str, &str); 4] = [("recall", "{}"); 4];
+
 const ANSWER: &str = r#"{"summary": ["The staging database runs PostgreSQL 15."],
     "decisions": ["Deploys to staging wait for the nightly backup."],
     "errors_resolved": [], "new_procedures": [], "open_questions": [],
@@ -285,18 +288,7 @@ async fn sessions_that_remembered_were_brief_or_have_no_model_are_left_without_a
     );
 
     let no_model = Harness::new(None).await;
-    no_model
-        .log(
-            "s-1",
-            &[
-                ("recall", "{}"),
-                ("recall", "{}"),
-                ("recall", "{}"),
-                ("recall", "{}"),
-            ],
-            120,
-        )
-        .await;
+    no_model.log("s-1", &FOUR_RECALLS, 120).await;
     assert_eq!(
         no_model.reflector().reflect_due(Utc::now()).await.unwrap(),
         1
@@ -316,17 +308,7 @@ async fn sessions_that_remembered_were_brief_or_have_no_model_are_left_without_a
 async fn an_unusable_answer_is_tried_again_then_given_up() {
     let (model, url) = start_model(json!("I cannot help with that.")).await;
     let h = Harness::new(Some(url)).await;
-    h.log(
-        "s-vague",
-        &[
-            ("recall", "{}"),
-            ("recall", "{}"),
-            ("recall", "{}"),
-            ("recall", "{}"),
-        ],
-        120,
-    )
-    .await;
+    h.log("s-vague", &FOUR_RECALLS, 120).await;
     let reflector = h.reflector();
     for attempt in 1..=3 {
         assert_eq!(reflector.reflect_due(Utc::now()).await.unwrap(), 1);
