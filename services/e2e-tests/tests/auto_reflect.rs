@@ -23,8 +23,8 @@ async fn complete(State(prompts): State<Prompts>, Json(body): Json<Value>) -> Js
     Json(json!({"choices": [{"message": {"role": "assistant", "content": answer.to_string()}}]}))
 }
 
-#[tokio::test]
-async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
+/// Serves the stub model; returns what it was asked and its base URL.
+async fn start_model() -> (Prompts, String) {
     let prompts = Prompts::default();
     let model = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(complete))
@@ -32,6 +32,12 @@ async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let llm_url = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, model).await.unwrap() });
+    (prompts, llm_url)
+}
+
+#[tokio::test]
+async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
+    let (prompts, llm_url) = start_model().await;
     // The idle period stays a day: only closing makes a session due here.
     let stack = Stack::start(
         "hash",
@@ -115,5 +121,40 @@ async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
         .ok("recall", json!({"text": "staging database PostgreSQL"}))
         .await;
     assert!(found.to_string().contains("runs PostgreSQL 15"), "{found}");
+    stack.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_session_left_to_expire_is_reflected_once_it_is_over() {
+    let (prompts, llm_url) = start_model().await;
+    // New sessions live two seconds unused; the idle period stays a day.
+    let stack = Stack::start(
+        "hash",
+        &[
+            ("MNEME_LLM_URL", &llm_url),
+            ("MNEME_AUTO_REFLECT_POLL_SECS", "1"),
+            ("MNEME_AUTO_REFLECT_MIN_SESSION_SECS", "0"),
+            ("MNEME_SESSION_MIN_TTL_SECS", "2"),
+        ],
+    )
+    .await;
+    let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
+    let mcp = stack.mcp(&acme.api_key).await;
+    mcp.ok("recall", json!({"text": "staging database version"}))
+        .await;
+    mcp.ok("context", json!({})).await;
+    // Not closed: the client just stops using the session.
+    eventually(
+        "the expired session is reflected",
+        Duration::from_secs(20),
+        || {
+            let count = stack
+                .db
+                .count_in_tenant(acme.tenant_id, "source = 'auto_reflect'");
+            async move { count.await > 0 }
+        },
+    )
+    .await;
+    assert_eq!(prompts.lock().unwrap().len(), 1);
     stack.shutdown().await.unwrap();
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use mneme_cache::{ActivityEntry, ActivityOwner, Cache};
+use mneme_cache::{ActivityEntry, ActivityOwner, Cache, SessionLifetime};
 use mneme_config::AutoReflectConfig;
 use mneme_core::Principal;
 use rmcp::model::JsonObject;
@@ -19,16 +19,27 @@ pub(crate) struct ActivityLog {
     cache: Cache,
     bound: usize,
     ttl: Duration,
+    idle: Duration,
+    /// How long sessions live unused: one that expires is over, and due
+    /// for reflection then rather than after the idle period.
+    lifetime: SessionLifetime,
 }
 
 impl ActivityLog {
     /// `None` when automatic reflection is off or has no language model
     /// to ask (then a log would only cost Redis writes).
-    pub(crate) fn new(cache: Cache, config: &AutoReflectConfig, has_model: bool) -> Option<Self> {
+    pub(crate) fn new(
+        cache: Cache,
+        config: &AutoReflectConfig,
+        has_model: bool,
+        lifetime: SessionLifetime,
+    ) -> Option<Self> {
         (config.enabled && has_model).then(|| Self {
             cache,
             bound: config.log_entries,
             ttl: config.log_ttl(),
+            idle: config.idle,
+            lifetime,
         })
     }
 
@@ -61,16 +72,35 @@ impl ActivityLog {
             detail,
             failed,
         };
-        let (cache, bound, ttl) = (self.cache.clone(), self.bound, self.ttl);
+        let log = self.clone();
         tokio::spawn(async move {
-            if let Err(error) = cache
-                .record_activity(&session, &owner, &entry, bound, ttl)
-                .await
-            {
+            let logged = async {
+                let first_ms = log
+                    .cache
+                    .record_activity(&session, &owner, &entry, log.bound, log.ttl)
+                    .await?;
+                log.cache
+                    .reflect_after(
+                        &session,
+                        due_after(log.idle, log.lifetime, first_ms, entry.at_ms),
+                    )
+                    .await
+            };
+            if let Err(error) = logged.await {
                 tracing::debug!(%error, "session activity not logged");
             }
         });
     }
+}
+
+/// When a session whose first logged call was at `first_ms` is due for
+/// reflection after a call at `at_ms`: after the `idle` period, or when the
+/// session expires if that is sooner (its lifetime grows with its age, see
+/// [`SessionLifetime`]).
+fn due_after(idle: Duration, lifetime: SessionLifetime, first_ms: i64, at_ms: i64) -> i64 {
+    let age = Duration::from_millis(u64::try_from(at_ms - first_ms).unwrap_or(0));
+    let wait = idle.min(lifetime.at_age(age));
+    at_ms.saturating_add(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -78,6 +108,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_session_is_due_after_the_idle_period_or_when_it_expires() {
+        let idle = Duration::from_secs(86_400);
+        let lifetime = SessionLifetime {
+            min: Duration::from_secs(3_600),
+            max: Duration::from_secs(30 * 86_400),
+        };
+        let hour = 3_600_000;
+        // A session of one call lives an hour: it is over then.
+        assert_eq!(due_after(idle, lifetime, 0, 0), hour);
+        // Three hours in, it has six hours left.
+        assert_eq!(due_after(idle, lifetime, 0, 3 * hour), 9 * hour);
+        // A long session lives longer than the idle period.
+        assert_eq!(due_after(idle, lifetime, 0, 100 * hour), 124 * hour);
+    }
 
     #[test]
     fn details_are_compact_redacted_and_cut() {

@@ -159,6 +159,10 @@ impl App {
                 cache.clone(),
                 &config.auto_reflect,
                 !config.consolidation.llm.is_empty(),
+                mneme_cache::SessionLifetime {
+                    min: gateway.sessions.min_ttl,
+                    max: gateway.sessions.ttl,
+                },
             ),
             admin: gateway.admin.clone(),
             admin_history: Arc::default(),

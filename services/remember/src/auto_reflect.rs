@@ -2,8 +2,9 @@
 //! in a session is kept even when it never called `reflect`.
 //!
 //! The gateway logs each session's tool calls in Redis
-//! (`mneme_cache::activity`). Every remember pod polls for sessions idle
-//! for `MNEME_AUTO_REFLECT_IDLE_SECS` (or closed), and for each:
+//! (`mneme_cache::activity`). Every remember pod polls for sessions that
+//! are due: idle for `MNEME_AUTO_REFLECT_IDLE_SECS`, expired (a session
+//! that was not used for its lifetime is over), or closed. For each it:
 //! 1. leaves alone, without asking anything, sessions that stored memories
 //!    themselves (`remember`, `batch_remember`, `reflect`), that lasted
 //!    less than `MNEME_AUTO_REFLECT_MIN_SESSION_SECS`, whose key can no
@@ -200,14 +201,13 @@ impl SessionReflector {
     /// Handles the sessions due at `now` (at most `per_poll`); returns how
     /// many were looked at.
     pub async fn reflect_due(&self, now: DateTime<Utc>) -> anyhow::Result<usize> {
-        let idle = i64::try_from(self.settings.idle.as_millis()).unwrap_or(i64::MAX);
         let due = self
             .server
             .cache
-            .due_sessions(now.timestamp_millis() - idle, self.settings.per_poll)
+            .due_sessions(now.timestamp_millis(), self.settings.per_poll)
             .await?;
-        for session in &due {
-            if let Err(error) = self.reflect_session(session).await {
+        for (session, due_ms) in &due {
+            if let Err(error) = self.reflect_session(session, *due_ms).await {
                 SESSIONS.with_label_values(&["failed"]).inc();
                 tracing::warn!(%error, "automatic reflection of a session failed");
             }
@@ -215,7 +215,7 @@ impl SessionReflector {
         Ok(due.len())
     }
 
-    async fn reflect_session(&self, session: &str) -> anyhow::Result<()> {
+    async fn reflect_session(&self, session: &str, due: i64) -> anyhow::Result<()> {
         let cache = &self.server.cache;
         let Some(activity) = cache.session_activity(session).await? else {
             cache.forget_activity(session).await?;
@@ -225,7 +225,7 @@ impl SessionReflector {
         let has_model = self.server.consolidator.has_model();
         if let Some(reason) = skip_reason(&activity, &self.settings, has_model) {
             SESSIONS.with_label_values(&[reason]).inc();
-            cache.settle_activity(session, until).await?;
+            cache.settle_activity(session, until, due).await?;
             return Ok(());
         }
         let (Ok(tenant_id), Ok(key_id)) = (
@@ -260,7 +260,7 @@ impl SessionReflector {
         };
         let Some(principal) = principal else {
             SESSIONS.with_label_values(&["key_unusable"]).inc();
-            cache.settle_activity(session, until).await?;
+            cache.settle_activity(session, until, due).await?;
             return Ok(());
         };
         let max_attempts = self.settings.max_attempts;
@@ -276,7 +276,7 @@ impl SessionReflector {
             };
             tx.commit().await?;
             if settled {
-                cache.settle_activity(session, until).await?;
+                cache.settle_activity(session, until, due).await?;
             }
             attempt
         };
@@ -366,7 +366,7 @@ impl SessionReflector {
         SESSIONS.with_label_values(&[label]).inc();
         tracing::info!(outcome = label, calls, "session reflected automatically");
         if final_try {
-            cache.settle_activity(session, until).await?;
+            cache.settle_activity(session, until, due).await?;
         }
         Ok(())
     }

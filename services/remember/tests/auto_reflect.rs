@@ -69,9 +69,12 @@ fn consolidation(llm_url: Option<String>, daily_tokens: i64) -> ConsolidationCon
     settings
 }
 
+/// The idle period of these tests.
+const IDLE: Duration = Duration::from_secs(60);
+
 fn settings() -> AutoReflectConfig {
     AutoReflectConfig {
-        idle: Duration::from_secs(60),
+        idle: IDLE,
         min_session: Duration::from_secs(30),
         ..Config::defaults().auto_reflect
     }
@@ -135,6 +138,11 @@ impl Harness {
                 .await
                 .unwrap();
         }
+        // Due after the idle period, as the gateway would say.
+        self.cache
+            .reflect_after(session, last + IDLE.as_millis() as i64)
+            .await
+            .unwrap();
     }
 
     async fn count(&self, condition: &str) -> i64 {

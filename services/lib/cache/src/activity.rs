@@ -1,16 +1,18 @@
 //! Each MCP session's activity log, for automatic reflection.
 //!
-//! The gateway appends one entry per tool call ([`Cache::record_activity`]);
-//! the log is bounded (the newest entries stay) and expires with its TTL.
-//! A global index orders sessions by their last activity, so the remember
-//! service finds those idle for long enough ([`Cache::due_sessions`]) or
-//! closed ([`Cache::close_activity`] makes a session due at once). Once a
+//! The gateway appends one entry per tool call ([`Cache::record_activity`])
+//! and says when the session is due for reflection if nothing else happens
+//! ([`Cache::reflect_after`]: after the idle period, or sooner when the
+//! session itself expires); the log is bounded (the newest entries stay)
+//! and expires with its TTL. A global index orders sessions by that time,
+//! so the remember service finds the due ones ([`Cache::due_sessions`]);
+//! [`Cache::close_activity`] makes a closed session due at once. Once a
 //! stretch of activity is reflected, [`Cache::settle_activity`] drops it,
 //! keeping anything recorded since.
 //!
 //! Keys: `act:{<session>}` (the entries, oldest first), `act:{<session>}:meta`
-//! (owner, first and last activity), `actdue` (session → last activity in
-//! Unix ms, 0 once closed). The braces keep a session's keys in one Redis
+//! (owner, first and last activity), `actdue` (session → when it is due, in
+//! Unix ms; 0 once closed). The braces keep a session's keys in one Redis
 //! Cluster slot, so each script touches one slot. Losing the log loses a
 //! reflection, never a memory; the calls report Redis failures so the
 //! reflector can tell "nothing to do" from "cannot see".
@@ -67,7 +69,7 @@ end
 redis.call('HSET', KEYS[2], 'owner', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
+return tonumber(redis.call('HGET', KEYS[2], 'first_ms'))
 "#;
 
 /// Drops the entries of log KEYS[1] recorded at or before ARGV[1] ms. When
@@ -96,8 +98,8 @@ redis.call('HSET', KEYS[2], 'first_ms', first)
 return 0
 "#;
 
-/// Removes ARGV[1] from the index KEYS[1] unless it was active after
-/// ARGV[2] ms.
+/// Removes ARGV[1] from the index KEYS[1] unless new activity moved its
+/// due time past ARGV[2] ms.
 const UNINDEX: &str = r#"
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) <= tonumber(ARGV[2]) then
@@ -124,7 +126,8 @@ impl Cache {
     }
 
     /// Appends `entry` to `session`'s log (keeping the newest `bound`
-    /// entries, for `ttl`) and marks the session active at `entry.at_ms`.
+    /// entries, for `ttl`); returns when the session's first logged call
+    /// was (Unix ms).
     pub async fn record_activity(
         &self,
         session: &str,
@@ -132,10 +135,10 @@ impl Cache {
         entry: &ActivityEntry,
         bound: usize,
         ttl: Duration,
-    ) -> Result<(), CacheError> {
+    ) -> Result<i64, CacheError> {
         let (log, meta) = self.activity_keys(session);
         let script = fred::types::scripts::Script::from_lua(RECORD);
-        let _: i64 = script
+        let first_ms: i64 = script
             .evalsha_with_reload(
                 self.live()?,
                 vec![log, meta],
@@ -148,6 +151,12 @@ impl Cache {
                 ],
             )
             .await?;
+        Ok(first_ms)
+    }
+
+    /// Makes `session` due for reflection at `due_ms` (Unix ms), unless it
+    /// is already due later.
+    pub async fn reflect_after(&self, session: &str, due_ms: i64) -> Result<(), CacheError> {
         let _: () = self
             .live()?
             .zadd(
@@ -156,7 +165,7 @@ impl Cache {
                 Some(fred::types::sorted_sets::Ordering::GreaterThan),
                 false,
                 false,
-                (entry.at_ms as f64, session),
+                (due_ms as f64, session),
             )
             .await?;
         Ok(())
@@ -179,24 +188,27 @@ impl Cache {
         Ok(())
     }
 
-    /// Up to `limit` sessions whose last activity is at or before
-    /// `idle_since_ms` (or that were closed), longest idle first.
+    /// Up to `limit` sessions due for reflection at `now_ms`, longest due
+    /// first, each with its due time (for [`Cache::settle_activity`]).
     pub async fn due_sessions(
         &self,
-        idle_since_ms: i64,
+        now_ms: i64,
         limit: usize,
-    ) -> Result<Vec<String>, CacheError> {
-        let ids: Vec<String> = self
+    ) -> Result<Vec<(String, i64)>, CacheError> {
+        let due: Vec<(String, f64)> = self
             .live()?
             .zrangebyscore(
                 self.activity_index(),
                 f64::NEG_INFINITY,
-                idle_since_ms as f64,
-                false,
+                now_ms as f64,
+                true,
                 Some((0, i64::try_from(limit).unwrap_or(i64::MAX))),
             )
             .await?;
-        Ok(ids)
+        Ok(due
+            .into_iter()
+            .map(|(session, due)| (session, due as i64))
+            .collect())
     }
 
     /// `session`'s log, or `None` when it has none (expired, or settled).
@@ -232,8 +244,13 @@ impl Cache {
 
     /// Drops `session`'s activity up to `until_ms` (it was reflected or
     /// skipped); activity recorded since stays and keeps the session due
-    /// later.
-    pub async fn settle_activity(&self, session: &str, until_ms: i64) -> Result<(), CacheError> {
+    /// later. `due_ms` is the due time the session was taken at.
+    pub async fn settle_activity(
+        &self,
+        session: &str,
+        until_ms: i64,
+        due_ms: i64,
+    ) -> Result<(), CacheError> {
         let (log, meta) = self.activity_keys(session);
         let script = fred::types::scripts::Script::from_lua(SETTLE);
         let emptied: i64 = script
@@ -245,7 +262,7 @@ impl Cache {
                 .evalsha_with_reload(
                     self.live()?,
                     vec![self.activity_index()],
-                    vec![session.to_owned(), until_ms.to_string()],
+                    vec![session.to_owned(), due_ms.to_string()],
                 )
                 .await?;
         }

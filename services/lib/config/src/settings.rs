@@ -103,7 +103,7 @@ settings! {
         AUTO_REFLECT = "MNEME_AUTO_REFLECT", Some("true"),
             "Keep what happened in an MCP session without the agent calling `reflect`: the gateway logs each session's tool calls in Redis, and once a session has been idle for `MNEME_AUTO_REFLECT_IDLE_SECS` (or was closed) a remember pod asks the language model (`MNEME_LLM_URL`) to sum it up and stores the answer as `reflect` would, as the session's own key. Sessions that called `remember` themselves, or lasted less than `MNEME_AUTO_REFLECT_MIN_SESSION_SECS`, are left alone; without a language model nothing is logged or reflected.";
         AUTO_REFLECT_IDLE_SECS = "MNEME_AUTO_REFLECT_IDLE_SECS", Some("86400"),
-            "Seconds without a tool call after which a session is reflected (the stretch so far; later activity is reflected again after the next idle period).";
+            "Seconds without a tool call after which a session is reflected (the stretch so far; later activity is reflected again after the next idle period). A session that expires sooner (see `MNEME_SESSION_MIN_TTL_SECS`) is reflected when it expires.";
         AUTO_REFLECT_MIN_SESSION_SECS = "MNEME_AUTO_REFLECT_MIN_SESSION_SECS", Some("30"),
             "Sessions whose logged calls span less than this many seconds are not reflected (hosts that open a session per call leave many such).";
         AUTO_REFLECT_POLL_SECS = "MNEME_AUTO_REFLECT_POLL_SECS", Some("300"),
