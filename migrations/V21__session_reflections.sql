@@ -9,8 +9,10 @@ CREATE TABLE mneme.session_reflections (
     -- used again after being reflected gets a new row for the new stretch.
     activity_until bigint NOT NULL,
     key_id         uuid NOT NULL,
-    state          text NOT NULL CHECK (state IN ('claimed', 'reflected', 'skipped', 'failed')),
-    -- Why a reflection was skipped or failed (`no language model`, ...).
+    state          text NOT NULL
+                   CHECK (state IN ('claimed', 'reflected', 'skipped', 'failed', 'paused')),
+    -- Why a reflection was skipped, failed or paused (`nothing worth
+    -- keeping`, `token budget of the day spent`, ...).
     reason         text,
     calls          int NOT NULL DEFAULT 0,
     fragments      int NOT NULL DEFAULT 0,

@@ -43,15 +43,12 @@ impl ActivityLog {
         })
     }
 
-    /// What a call was about: its arguments as compact JSON, secrets
-    /// redacted, cut to [`DETAIL_CHARS`].
+    /// What a call was about: its arguments as compact JSON, cut to twice
+    /// [`DETAIL_CHARS`] (the rest of the work, off the call's path, is in
+    /// [`ActivityLog::record`]).
     pub(crate) fn detail(arguments: &JsonObject) -> String {
         let json = serde_json::to_string(arguments).unwrap_or_default();
-        let redacted = mneme_core::redact::redact(&json, false).text;
-        match redacted.char_indices().nth(DETAIL_CHARS) {
-            Some((cut, _)) => format!("{}…", &redacted[..cut]),
-            None => redacted,
-        }
+        cut(json, 2 * DETAIL_CHARS)
     }
 
     /// Appends the call to its session's log (calls outside a session are
@@ -69,11 +66,15 @@ impl ActivityLog {
         let entry = ActivityEntry {
             at_ms: chrono::Utc::now().timestamp_millis(),
             tool: tool.to_owned(),
-            detail,
+            detail: String::new(),
             failed,
         };
         let log = self.clone();
         tokio::spawn(async move {
+            let entry = ActivityEntry {
+                detail: stored_detail(&detail),
+                ..entry
+            };
             let logged = async {
                 let first_ms = log
                     .cache
@@ -90,6 +91,21 @@ impl ActivityLog {
                 tracing::debug!(%error, "session activity not logged");
             }
         });
+    }
+}
+
+/// A call's detail as logged: secrets redacted, then cut to
+/// [`DETAIL_CHARS`] (redacted first, so a secret is never cut into a shape
+/// the patterns no longer know).
+fn stored_detail(raw: &str) -> String {
+    cut(mneme_core::redact::redact(raw, false).text, DETAIL_CHARS)
+}
+
+/// `text` cut to `chars` characters, marked with `…` when it was longer.
+fn cut(text: String, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
     }
 }
 
@@ -127,13 +143,20 @@ mod tests {
 
     #[test]
     fn details_are_compact_redacted_and_cut() {
-        let arguments =
-            json!({"query": "deploy", "token": "ghp_0123456789abcdefghijABCDEFGHIJ012345"});
-        let detail = ActivityLog::detail(arguments.as_object().unwrap());
+        let stored = |arguments: serde_json::Value| {
+            stored_detail(&ActivityLog::detail(arguments.as_object().unwrap()))
+        };
+        let detail =
+            stored(json!({"query": "deploy", "token": "ghp_0123456789abcdefghijABCDEFGHIJ012345"}));
         assert!(detail.starts_with(r#"{"query":"deploy""#), "{detail}");
         assert!(!detail.contains("ghp_0123456789"), "{detail}");
-        let long = json!({"text": "가".repeat(400)});
-        let detail = ActivityLog::detail(long.as_object().unwrap());
+        let long = ActivityLog::detail(json!({"text": "가".repeat(4000)}).as_object().unwrap());
+        assert_eq!(
+            long.chars().count(),
+            2 * DETAIL_CHARS + 1,
+            "cut on the call's path"
+        );
+        let detail = stored(json!({"text": "가".repeat(400)}));
         assert_eq!(detail.chars().count(), DETAIL_CHARS + 1);
         assert!(detail.ends_with('…'));
     }

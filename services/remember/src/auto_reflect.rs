@@ -41,7 +41,6 @@ use mneme_telemetry::metrics::register;
 use prometheus::{IntCounterVec, Opts};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::RememberServer;
 
@@ -228,48 +227,26 @@ impl SessionReflector {
             cache.settle_activity(session, until, due).await?;
             return Ok(());
         }
-        let (Ok(tenant_id), Ok(key_id)) = (
-            activity.owner.tenant_id.parse::<Uuid>(),
-            activity.owner.key_id.parse::<Uuid>(),
-        ) else {
-            cache.forget_activity(session).await?;
-            return Ok(());
-        };
-        let store = &self.server.store;
-        let principal = {
-            let mut client = store.client().await?;
-            api_keys::authenticate_by_id(&mut client, tenant_id, key_id)
-                .await?
-                .filter(|key| {
-                    key.key
-                        .permissions
-                        .iter()
-                        .any(|p| matches!(p, Permission::Write | Permission::Admin))
-                })
-                .map(|key| Principal {
-                    tenant_id,
-                    key_id,
-                    group_key_ids: key.group_key_ids,
-                    user_id: None,
-                    permissions: key.key.permissions,
-                    workspace: activity.owner.workspace.clone(),
-                    mode: None,
-                    session_id: Some(session.to_owned()),
-                    agent_id: activity.owner.agent_id.clone(),
-                })
-        };
-        let Some(principal) = principal else {
+        let Some(principal) = self.writer(session, &activity).await? else {
             SESSIONS.with_label_values(&["key_unusable"]).inc();
             cache.settle_activity(session, until, due).await?;
             return Ok(());
         };
+        let tenant_id = principal.tenant_id;
         let max_attempts = self.settings.max_attempts;
+        let store = &self.server.store;
         let attempt = {
             let mut client = store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            let attempt =
-                session_reflections::claim(&tx, session, until, key_id, CLAIM_LEASE, max_attempts)
-                    .await?;
+            let attempt = session_reflections::claim(
+                &tx,
+                session,
+                until,
+                principal.key_id,
+                CLAIM_LEASE,
+                max_attempts,
+            )
+            .await?;
             let settled = match attempt {
                 Some(_) => false,
                 None => session_reflections::settled(&tx, session, until, max_attempts).await?,
@@ -283,80 +260,18 @@ impl SessionReflector {
         let Some(attempt) = attempt else {
             return Ok(());
         };
-        let calls = i32::try_from(activity.entries.len()).unwrap_or(i32::MAX);
-        let reply = self
-            .server
-            .consolidator
-            .ask_model(tenant_id, INSTRUCTIONS, prompt(&activity))
+        let (outcome, label) = self
+            .reflect_activity(&principal, session, &activity)
             .await?;
-        if let ModelReply::Paused(why) = &reply {
-            let mut client = store.client().await?;
-            let tx = TenantTx::begin(&mut client, tenant_id).await?;
-            session_reflections::release(&tx, session, until, why).await?;
-            tx.commit().await?;
-            SESSIONS.with_label_values(&["paused"]).inc();
-            return Ok(());
-        }
-        let (outcome, label): (Outcome<'_>, &str);
-        let failure: String;
-        match reply {
-            ModelReply::Answer(answer) => match reflection(&answer) {
-                Some(request) => {
-                    let request = ReflectRequest {
-                        session_id: Some(session.to_owned()),
-                        agent_id: Some(activity.owner.agent_id.clone()),
-                        workspace: activity.owner.workspace.clone(),
-                        ..request
-                    };
-                    match self.server.reflect_from(&principal, request, SOURCE).await {
-                        Ok(response) => {
-                            outcome = Outcome::Reflected {
-                                calls,
-                                fragments: i32::try_from(response.fragments.len())
-                                    .unwrap_or(i32::MAX),
-                                episode_id: response
-                                    .episode_id
-                                    .as_deref()
-                                    .and_then(|id| id.parse().ok()),
-                            };
-                            label = "reflected";
-                        }
-                        Err(error) => {
-                            failure = format!("the reflection was not stored: {}", error.message);
-                            outcome = Outcome::Failed {
-                                calls,
-                                reason: &failure,
-                            };
-                            label = "failed";
-                        }
-                    }
-                }
-                None => {
-                    outcome = Outcome::Skipped {
-                        calls,
-                        reason: "nothing worth keeping",
-                    };
-                    label = "nothing_to_keep";
-                }
-            },
-            ModelReply::Failed(why) | ModelReply::Paused(why) => {
-                failure = why;
-                outcome = Outcome::Failed {
-                    calls,
-                    reason: &failure,
-                };
-                label = "failed";
-            }
-            ModelReply::NoModel => {
-                outcome = Outcome::Skipped {
-                    calls,
-                    reason: "no language model configured",
-                };
-                label = "no_model";
-            }
-        }
-        let final_try = !matches!(outcome, Outcome::Failed { .. }) || attempt >= max_attempts;
-        let label = if final_try { label } else { "retried" };
+        let final_try = match outcome {
+            Outcome::Failed { .. } => attempt >= max_attempts,
+            Outcome::Paused { .. } => false,
+            Outcome::Reflected { .. } | Outcome::Skipped { .. } => true,
+        };
+        let label = match outcome {
+            Outcome::Failed { .. } if !final_try => "retried",
+            _ => label,
+        };
         {
             let mut client = store.client().await?;
             let tx = TenantTx::begin(&mut client, tenant_id).await?;
@@ -364,11 +279,99 @@ impl SessionReflector {
             tx.commit().await?;
         }
         SESSIONS.with_label_values(&[label]).inc();
-        tracing::info!(outcome = label, calls, "session reflected automatically");
+        tracing::info!(outcome = label, "session reflected automatically");
         if final_try {
             cache.settle_activity(session, until, due).await?;
         }
         Ok(())
+    }
+
+    /// The session's key as a writer (its groups, its permissions, the
+    /// session's agent and workspace), or `None` when the key or tenant is
+    /// no longer usable or the key may not write.
+    async fn writer(
+        &self,
+        session: &str,
+        activity: &SessionActivity,
+    ) -> anyhow::Result<Option<Principal>> {
+        let owner = &activity.owner;
+        let (Ok(tenant_id), Ok(key_id)) = (owner.tenant_id.parse(), owner.key_id.parse()) else {
+            return Ok(None);
+        };
+        let mut client = self.server.store.client().await?;
+        let key = api_keys::authenticate_by_id(&mut client, tenant_id, key_id).await?;
+        Ok(key
+            .filter(|key| {
+                key.key
+                    .permissions
+                    .iter()
+                    .any(|p| matches!(p, Permission::Write | Permission::Admin))
+            })
+            .map(|key| Principal {
+                tenant_id,
+                key_id,
+                group_key_ids: key.group_key_ids,
+                user_id: None,
+                permissions: key.key.permissions,
+                workspace: owner.workspace.clone(),
+                mode: None,
+                session_id: Some(session.to_owned()),
+                agent_id: owner.agent_id.clone(),
+            }))
+    }
+
+    /// Asks the model about `activity` and stores what it answers as
+    /// `principal`; returns the outcome and its metric label.
+    async fn reflect_activity(
+        &self,
+        principal: &Principal,
+        session: &str,
+        activity: &SessionActivity,
+    ) -> anyhow::Result<(Outcome, &'static str)> {
+        let calls = i32::try_from(activity.entries.len()).unwrap_or(i32::MAX);
+        let reply = self
+            .server
+            .consolidator
+            .ask_model(principal.tenant_id, INSTRUCTIONS, prompt(activity))
+            .await?;
+        let answer = match reply {
+            ModelReply::Answer(answer) => answer,
+            ModelReply::Failed(reason) => return Ok((Outcome::Failed { calls, reason }, "failed")),
+            ModelReply::Paused(reason) => return Ok((Outcome::Paused { calls, reason }, "paused")),
+            ModelReply::NoModel => {
+                let reason = "no language model configured".to_owned();
+                return Ok((Outcome::Skipped { calls, reason }, "no_model"));
+            }
+        };
+        let Some(request) = reflection(&answer) else {
+            let reason = "nothing worth keeping".to_owned();
+            return Ok((Outcome::Skipped { calls, reason }, "nothing_to_keep"));
+        };
+        let request = ReflectRequest {
+            session_id: Some(session.to_owned()),
+            agent_id: Some(activity.owner.agent_id.clone()),
+            workspace: activity.owner.workspace.clone(),
+            ..request
+        };
+        Ok(
+            match self.server.reflect_from(principal, request, SOURCE).await {
+                Ok(response) => (
+                    Outcome::Reflected {
+                        calls,
+                        fragments: i32::try_from(response.fragments.len()).unwrap_or(i32::MAX),
+                        episode_id: response
+                            .episode_id
+                            .as_deref()
+                            .and_then(|id| id.parse().ok()),
+                    },
+                    "reflected",
+                ),
+                Err(error) => {
+                    let reason = format!("the reflection was not stored: {}", error.message);
+                    (Outcome::Failed { calls, reason }, "failed")
+                }
+            },
+        )
     }
 }
 
@@ -382,8 +385,8 @@ mod tests {
     fn activity(tools: &[&str], span_ms: i64) -> SessionActivity {
         SessionActivity {
             owner: ActivityOwner {
-                tenant_id: Uuid::nil().to_string(),
-                key_id: Uuid::nil().to_string(),
+                tenant_id: uuid::Uuid::nil().to_string(),
+                key_id: uuid::Uuid::nil().to_string(),
                 agent_id: "default".into(),
                 workspace: None,
             },

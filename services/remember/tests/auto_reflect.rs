@@ -364,7 +364,7 @@ async fn a_spent_token_budget_makes_sessions_wait_without_using_attempts() {
     );
     assert_eq!(
         h.reflections(
-            "session_id = 's-second' AND state = 'failed' AND attempts = 0 \
+            "session_id = 's-second' AND state = 'paused' AND attempts = 0 \
              AND reason LIKE '%budget%'"
         )
         .await,

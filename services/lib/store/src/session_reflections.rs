@@ -15,20 +15,19 @@ use crate::{Result, TenantTx};
 
 /// What came of a claimed reflection.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome<'a> {
+pub enum Outcome {
     Reflected {
         calls: i32,
         fragments: i32,
         episode_id: Option<Uuid>,
     },
-    Skipped {
-        calls: i32,
-        reason: &'a str,
-    },
-    Failed {
-        calls: i32,
-        reason: &'a str,
-    },
+    /// Asked, but nothing to keep.
+    Skipped { calls: i32, reason: String },
+    /// This try failed; another may follow (see [`claim`]).
+    Failed { calls: i32, reason: String },
+    /// Not asked (the model is paused, the tenant's budget spent): the
+    /// claim goes back without using up an attempt.
+    Paused { calls: i32, reason: String },
 }
 
 /// One row of a tenant's reflection history.
@@ -50,8 +49,8 @@ pub struct Reflection {
 /// Claims the reflection of `session_id`'s activity up to
 /// `activity_until_ms` for the caller. `Some(attempt)` (1 for the first)
 /// when the caller now holds it: nobody had claimed it, or the holder's
-/// claim is older than `lease` and unfinished, or an earlier attempt
-/// failed; at most `max_attempts` in all.
+/// claim is older than `lease` and unfinished, or an earlier try failed or
+/// was paused; at most `max_attempts` failed tries in all.
 pub async fn claim(
     tx: &TenantTx<'_>,
     session_id: &str,
@@ -71,7 +70,7 @@ pub async fn claim(
               WHERE mneme.session_reflections.attempts < $6
                 AND ((mneme.session_reflections.state = 'claimed'
                       AND mneme.session_reflections.claimed_at < now() - make_interval(secs => $5))
-                     OR mneme.session_reflections.state = 'failed')
+                     OR mneme.session_reflections.state IN ('failed', 'paused'))
              RETURNING attempts",
             &[
                 &tx.tenant_id(),
@@ -91,7 +90,7 @@ pub async fn finish(
     tx: &TenantTx<'_>,
     session_id: &str,
     activity_until_ms: i64,
-    outcome: &Outcome<'_>,
+    outcome: &Outcome,
 ) -> Result<()> {
     let (state, reason, calls, fragments, episode_id) = match outcome {
         Outcome::Reflected {
@@ -99,13 +98,15 @@ pub async fn finish(
             fragments,
             episode_id,
         } => ("reflected", None, *calls, *fragments, *episode_id),
-        Outcome::Skipped { calls, reason } => ("skipped", Some(*reason), *calls, 0, None),
-        Outcome::Failed { calls, reason } => ("failed", Some(*reason), *calls, 0, None),
+        Outcome::Skipped { calls, reason } => ("skipped", Some(reason), *calls, 0, None),
+        Outcome::Failed { calls, reason } => ("failed", Some(reason), *calls, 0, None),
+        Outcome::Paused { calls, reason } => ("paused", Some(reason), *calls, 0, None),
     };
+    let used = i32::from(state != "paused");
     tx.execute(
         "UPDATE mneme.session_reflections
             SET state = $4, reason = $5, calls = $6, fragments = $7, episode_id = $8,
-                finished_at = now()
+                attempts = attempts - 1 + $9, finished_at = now()
           WHERE tenant_id = $1 AND session_id = $2 AND activity_until = $3",
         &[
             &tx.tenant_id(),
@@ -116,25 +117,8 @@ pub async fn finish(
             &calls,
             &fragments,
             &episode_id,
+            &used,
         ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Gives a claim back without using up an attempt (the model was paused,
-/// not wrong): the next poll may claim it again.
-pub async fn release(
-    tx: &TenantTx<'_>,
-    session_id: &str,
-    activity_until_ms: i64,
-    reason: &str,
-) -> Result<()> {
-    tx.execute(
-        "UPDATE mneme.session_reflections
-            SET state = 'failed', reason = $4, attempts = attempts - 1, finished_at = now()
-          WHERE tenant_id = $1 AND session_id = $2 AND activity_until = $3",
-        &[&tx.tenant_id(), &session_id, &activity_until_ms, &reason],
     )
     .await?;
     Ok(())
