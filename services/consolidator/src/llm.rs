@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use mneme_config::LlmConfig;
 use mneme_core::breaker::CircuitBreaker;
 use mneme_telemetry::metrics::register;
-use prometheus::{IntCounterVec, Opts};
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Opts};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -27,6 +27,27 @@ static CALLS: LazyLock<IntCounterVec> = LazyLock::new(|| {
                 "Language-model calls of consolidation, by provider position in the chain and outcome (ok, error, breaker_open).",
             ),
             &["provider", "outcome"],
+        )
+        .expect("valid metric"),
+    )
+});
+
+static CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    mneme_telemetry::metrics::latency_histogram(
+        "mneme_llm_call_seconds",
+        "Duration of language-model calls that were sent (answered or failed), by provider position in the chain.",
+        &["provider"],
+    )
+});
+
+static BREAKER_OPEN: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register(
+        IntGaugeVec::new(
+            Opts::new(
+                "mneme_llm_breaker_open",
+                "1 while a language-model provider's circuit breaker is open (calls skip it until its cooldown ends), 0 while closed; as of its last call or skip.",
+            ),
+            &["provider"],
         )
         .expect("valid metric"),
     )
@@ -172,10 +193,18 @@ impl Llm {
             let label = position.to_string();
             if provider.breaker.is_open() {
                 CALLS.with_label_values(&[&label, "breaker_open"]).inc();
+                BREAKER_OPEN.with_label_values(&[&label]).set(1);
                 continue;
             }
+            let started = std::time::Instant::now();
             let outcome = provider.call(system, prompt).await;
+            CALL_SECONDS
+                .with_label_values(&[&label])
+                .observe(started.elapsed().as_secs_f64());
             provider.record(outcome.is_ok());
+            BREAKER_OPEN
+                .with_label_values(&[&label])
+                .set(i64::from(provider.breaker.is_open()));
             match outcome {
                 Ok(answer) => {
                     CALLS.with_label_values(&[&label, "ok"]).inc();

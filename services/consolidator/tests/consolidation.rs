@@ -990,6 +990,16 @@ async fn a_failing_language_model_leaves_the_pairs_pending_and_trips_its_breaker
     );
     // Two failures open the breaker; the second run makes no call at all.
     assert_eq!(judge.calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // Operators see it (nextest runs each test in a process of its own).
+    let metrics = mneme_telemetry::metrics::render();
+    assert!(
+        metrics.contains("mneme_llm_breaker_open{provider=\"0\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mneme_llm_call_seconds_count{provider=\"0\"} 2"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
