@@ -105,6 +105,7 @@ pub async fn up(
     });
 
     let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
+        .with_recipe(mneme_embed::PassageRecipe::from_config(&config.embedding))
         .with_retries(
             config.embedding.max_attempts,
             config.embedding.retry_backoff,

@@ -17,6 +17,14 @@
 //! Workers learn about new rows from a Redis wake-up published by the
 //! remember service, and sweep every tenant periodically in case a wake-up
 //! was lost.
+//!
+//! A vector computed by another model or from another
+//! [`PassageRecipe`](mneme_embed::PassageRecipe) is stale. Once a tenant's
+//! queue is empty the worker re-embeds its stale vectors in batches, each
+//! after a look at the queue, so new fragments never wait behind them; a
+//! stale vector keeps serving its model's searches until it is replaced.
+//! After one look that finds none, the worker does not look at that tenant
+//! again until it restarts: only a restart can change the model or recipe.
 #![forbid(unsafe_code)]
 
 pub mod consolidate;
@@ -25,20 +33,25 @@ mod split;
 
 pub use consolidate::{Consolidator, ModelReply, STAGES, Stage};
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use mneme_cache::Cache;
 use mneme_config::Config;
-use mneme_embed::{EmbedError, Embedder, TextKind};
+use mneme_embed::{EmbedError, Embedder, PassageRecipe, TextKind};
 use mneme_store::{Store, StoreError, TenantTx, fragments, tenants};
 use mneme_telemetry::metrics::register;
 use pgvector::Vector;
 use prometheus::{Gauge, IntCounter, IntGauge};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+/// Longest a drain of one tenant spends re-embedding stale vectors before
+/// the worker moves on; the rest waits for the next sweep.
+const STALE_SLICE: Duration = Duration::from_secs(5);
 
 /// Pause after a failed batch before the tenant is tried again.
 const RETRY_BACKOFF: Duration = Duration::from_secs(2);
@@ -71,6 +84,26 @@ static BACKLOG: LazyLock<(IntGauge, Gauge)> = LazyLock::new(|| {
     )
 });
 
+/// Re-embedding of stale vectors.
+static STALE: LazyLock<(IntGauge, IntCounter)> = LazyLock::new(|| {
+    (
+        register(
+            IntGauge::new(
+                "mneme_embedding_stale",
+                "Stored vectors computed by another model or passage recipe than the current one, over the tenants not yet re-embedded, as of the embedding worker's last sweep.",
+            )
+            .expect("valid metric"),
+        ),
+        register(
+            IntCounter::new(
+                "mneme_embedding_reembedded_total",
+                "Stale vectors the embedding worker replaced.",
+            )
+            .expect("valid metric"),
+        ),
+    )
+});
+
 static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
     register(
         IntCounter::new(
@@ -96,6 +129,9 @@ pub struct EmbeddingWorker {
     current_batch_size: Arc<AtomicUsize>,
     max_attempts: i16,
     retry_backoff: Duration,
+    recipe: PassageRecipe,
+    /// Tenants known to hold no stale vector.
+    up_to_date: Arc<Mutex<HashSet<Uuid>>>,
 }
 
 impl EmbeddingWorker {
@@ -108,7 +144,15 @@ impl EmbeddingWorker {
             current_batch_size: Arc::new(AtomicUsize::new(batch_size.max(1))),
             max_attempts: defaults.max_attempts,
             retry_backoff: defaults.retry_backoff,
+            recipe: PassageRecipe::from_config(&defaults),
+            up_to_date: Arc::default(),
         }
+    }
+
+    /// The text recipe of new vectors (default: the settings' default).
+    pub fn with_recipe(mut self, recipe: PassageRecipe) -> Self {
+        self.recipe = recipe;
+        self
     }
 
     /// Retries of rejected fragments: `max_attempts` tries, the first retry
@@ -119,17 +163,36 @@ impl EmbeddingWorker {
         self
     }
 
-    /// Embeds one batch of the tenant's pending fragments in one
-    /// transaction. Returns how many were embedded (0: queue empty).
-    pub async fn embed_batch(&self, tenant_id: Uuid) -> Result<usize, WorkerError> {
+    /// Embeds one batch of the tenant's pending fragments, or when none is
+    /// pending, re-embeds a batch of its stale vectors, in one transaction.
+    /// Returns how many were embedded (0: nothing left to do) and whether
+    /// they were stale.
+    async fn embed_batch(&self, tenant_id: Uuid) -> Result<(usize, bool), WorkerError> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
         let batch_size = self.current_batch_size.load(Ordering::Relaxed);
-        let pending = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
-        if pending.is_empty() {
-            return Ok(0);
+        let mut batch = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
+        let mut stale = false;
+        if batch.is_empty() && !self.is_up_to_date(tenant_id) {
+            batch = fragments::lock_stale_embeddings(
+                &tx,
+                self.embedder.model_id(),
+                self.recipe.version(),
+                batch_size as i64,
+            )
+            .await?;
+            if batch.is_empty() {
+                self.up_to_date_lock().insert(tenant_id);
+            }
+            stale = true;
         }
-        let texts: Vec<String> = pending.iter().map(|p| p.content.clone()).collect();
+        if batch.is_empty() {
+            return Ok((0, false));
+        }
+        let texts: Vec<String> = batch
+            .iter()
+            .map(|p| self.recipe.text(&p.topic, &p.content))
+            .collect();
         let vectors = match self.embedder.embed(&texts, TextKind::Passage).await {
             Ok(vectors) => {
                 self.adapt_batch_size(batch_size, true);
@@ -142,16 +205,37 @@ impl EmbeddingWorker {
             // The provider rejected something in the batch: find out what,
             // one fragment at a time, so one bad text cannot block the rest.
             Err(EmbedError::Failed(_)) => {
-                let handled = self.embed_one_by_one(&tx, &pending).await?;
+                let handled = self.embed_one_by_one(&tx, &batch, &texts).await?;
                 tx.commit().await?;
-                return Ok(handled);
+                return Ok((handled, stale));
             }
         };
-        let ids: Vec<Uuid> = pending.iter().map(|p| p.id).collect();
+        let ids: Vec<Uuid> = batch.iter().map(|p| p.id).collect();
         let vectors: Vec<Vector> = vectors.into_iter().map(Vector::from).collect();
-        fragments::store_embeddings(&tx, self.embedder.model_id(), &ids, &vectors).await?;
+        self.store_vectors(&tx, &ids, &vectors).await?;
         tx.commit().await?;
-        Ok(ids.len())
+        if stale {
+            STALE.1.inc_by(ids.len() as u64);
+        }
+        Ok((ids.len(), stale))
+    }
+
+    async fn store_vectors(
+        &self,
+        tx: &TenantTx<'_>,
+        ids: &[Uuid],
+        vectors: &[Vector],
+    ) -> Result<u64, StoreError> {
+        let (model, recipe) = (self.embedder.model_id(), self.recipe.version());
+        fragments::store_embeddings(tx, model, recipe, ids, vectors).await
+    }
+
+    fn up_to_date_lock(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+        self.up_to_date.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_up_to_date(&self, tenant_id: Uuid) -> bool {
+        self.up_to_date_lock().contains(&tenant_id)
     }
 
     /// Halves the batch size after a batch the provider could not take,
@@ -182,23 +266,18 @@ impl EmbeddingWorker {
         &self,
         tx: &TenantTx<'_>,
         pending: &[fragments::PendingEmbedding],
+        texts: &[String],
     ) -> Result<usize, WorkerError> {
         let mut rejected = Vec::new();
-        for item in pending {
+        for (item, text) in pending.iter().zip(texts) {
             match self
                 .embedder
-                .embed(std::slice::from_ref(&item.content), TextKind::Passage)
+                .embed(std::slice::from_ref(text), TextKind::Passage)
                 .await
             {
                 Ok(mut vectors) => {
                     let vector = Vector::from(vectors.pop().unwrap_or_default());
-                    fragments::store_embeddings(
-                        tx,
-                        self.embedder.model_id(),
-                        &[item.id],
-                        &[vector],
-                    )
-                    .await?;
+                    self.store_vectors(tx, &[item.id], &[vector]).await?;
                 }
                 Err(EmbedError::Failed(reason)) => rejected.push((item.id, reason)),
                 Err(error) => return Err(error.into()),
@@ -222,19 +301,30 @@ impl EmbeddingWorker {
         Ok(pending.len())
     }
 
-    /// Embeds batches until the tenant's queue is empty or `stop` fires.
+    /// Embeds batches until the tenant's queue is empty or `stop` fires,
+    /// then re-embeds its stale vectors for at most [`STALE_SLICE`], so a
+    /// tenant re-embedding a large store cannot hold up the others' queues.
     pub async fn drain_tenant(
         &self,
         tenant_id: Uuid,
         stop: &CancellationToken,
     ) -> Result<usize, WorkerError> {
+        let mut stale_since = None;
         let mut total = 0;
         while !stop.is_cancelled() {
-            let embedded = self.embed_batch(tenant_id).await?;
+            let (embedded, stale) = self.embed_batch(tenant_id).await?;
             if embedded == 0 {
                 break;
             }
             total += embedded;
+            if stale
+                && stale_since
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    > STALE_SLICE
+            {
+                break;
+            }
         }
         if total > 0 {
             tracing::info!(tenant.id = %tenant_id, count = total, "fragments embedded");
@@ -242,11 +332,19 @@ impl EmbeddingWorker {
         Ok(total)
     }
 
-    /// The tenant's waiting fragments and the age of the oldest.
-    async fn backlog(&self, tenant_id: Uuid) -> Result<(i64, f64), WorkerError> {
+    /// The tenant's waiting fragments, the age of the oldest, and its stale
+    /// vectors (not counted once it is known to have none).
+    async fn backlog(&self, tenant_id: Uuid) -> Result<(i64, f64, i64), WorkerError> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
-        Ok(fragments::pending_embedding_backlog(&tx).await?)
+        let (waiting, age) = fragments::pending_embedding_backlog(&tx).await?;
+        let stale = if self.is_up_to_date(tenant_id) {
+            0
+        } else {
+            let (model, recipe) = (self.embedder.model_id(), self.recipe.version());
+            fragments::count_stale_embeddings(&tx, model, recipe).await?
+        };
+        Ok((waiting, age, stale))
     }
 
     /// Drains every active tenant once. A failing tenant is logged and
@@ -258,17 +356,20 @@ impl EmbeddingWorker {
         };
         let mut total = 0;
         let (mut depth, mut oldest) = (0, 0.0_f64);
+        let mut stale = 0;
         for &tenant_id in &tenant_ids {
             match self.backlog(tenant_id).await {
-                Ok((waiting, age)) => {
+                Ok((waiting, age, stale_vectors)) => {
                     depth += waiting;
                     oldest = oldest.max(age);
+                    stale += stale_vectors;
                 }
                 Err(error) => tracing::debug!(tenant.id = %tenant_id, %error, "backlog not read"),
             }
         }
         BACKLOG.0.set(depth);
         BACKLOG.1.set(oldest);
+        STALE.0.set(stale);
         for tenant_id in tenant_ids {
             if stop.is_cancelled() {
                 break;
@@ -340,6 +441,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
     let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
+        .with_recipe(PassageRecipe::from_config(&config.embedding))
         .with_retries(
             config.embedding.max_attempts,
             config.embedding.retry_backoff,

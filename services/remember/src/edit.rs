@@ -132,6 +132,9 @@ impl RememberServer {
             &self.tokenizer,
         )?;
         let content_changed = amended.content_hash != stored.content_hash;
+        // The vector is computed from topic and content (see
+        // `mneme_embed::PassageRecipe`).
+        let reembed = content_changed || amended.topic != stored.topic;
         let mut amended = amended;
         if !changes_importance {
             // Only what the caller changed changes: an untouched importance
@@ -185,7 +188,7 @@ impl RememberServer {
             (written.id, 0)
         } else {
             let count = versions::record(&tx, &stored, principal.key_id).await?;
-            fragments::apply_amendment(&tx, id, &amended, content_changed).await?;
+            fragments::apply_amendment(&tx, id, &amended, reembed).await?;
             (id, count)
         };
         if let (Some(outcome), Some(case_id)) = (verification, &amended.case.case_id) {
@@ -227,7 +230,7 @@ impl RememberServer {
             }
         }
         tx.commit().await?;
-        if content_changed || request.supersede {
+        if reembed || request.supersede {
             self.cache
                 .wake_embedding_worker(&principal.tenant_id.to_string())
                 .await;

@@ -809,6 +809,8 @@ pub struct EmbeddingConfig {
     pub e5_dir: PathBuf,
     pub minilm_dir: PathBuf,
     pub openai: OpenAiConfig,
+    /// Embed stored fragments as `topic: content` (`MNEME_EMBED_WITH_TOPIC`).
+    pub with_topic: bool,
     pub worker_batch_size: usize,
     pub worker_sweep_interval: Duration,
     /// Deadline of one query embedding call (someone is waiting).
@@ -1228,6 +1230,7 @@ impl Config {
                 send_dimensions: r.flag(settings::OPENAI_SEND_DIMENSIONS),
                 timeout: r.millis(settings::OPENAI_TIMEOUT_MS),
             },
+            with_topic: r.flag(settings::EMBED_WITH_TOPIC),
             worker_batch_size: r.positive(settings::EMBED_BATCH_SIZE),
             worker_sweep_interval: Duration::from_secs(
                 r.positive(settings::EMBED_SWEEP_SECS) as u64

@@ -296,6 +296,8 @@ settings! {
             "Send `dimensions = MNEME_EMBED_DIM` with each request (OpenAI v3 models shorten their output; turn off for servers that reject the field).";
         OPENAI_TIMEOUT_MS = "MNEME_OPENAI_TIMEOUT_MS", Some("30000"),
             "Timeout of one embeddings API request, in milliseconds.";
+        EMBED_WITH_TOPIC = "MNEME_EMBED_WITH_TOPIC", Some("true"),
+            "Embed each fragment as `topic: content` rather than its content alone. The topic is context the content often leaves implicit: on the memtomem corpus it raised vector-only Recall@10 from 0.567 to 0.622 (English) and 0.556 to 0.607 (Korean), and it raises the cosine of two fragments of one topic by about 0.01. Changing it makes every stored vector stale; the embedding worker re-embeds them in the background, and they keep serving searches until then.";
         EMBED_BATCH_SIZE = "MNEME_EMBED_BATCH_SIZE", Some("32"),
             "Fragments the embedding worker embeds per transaction.";
         EMBED_SWEEP_SECS = "MNEME_EMBED_SWEEP_SECS", Some("10"),

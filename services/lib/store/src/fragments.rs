@@ -781,7 +781,18 @@ pub async fn record_access(tx: &TenantTx<'_>, ids: &[Uuid]) -> Result<()> {
 #[derive(Debug, Clone)]
 pub struct PendingEmbedding {
     pub id: Uuid,
+    pub topic: String,
     pub content: String,
+}
+
+fn pending(rows: Vec<Row>) -> Vec<PendingEmbedding> {
+    rows.into_iter()
+        .map(|row| PendingEmbedding {
+            id: row.get(0),
+            topic: row.get(1),
+            content: row.get(2),
+        })
+        .collect()
 }
 
 /// Locks up to `limit` fragments of the tenant that have no embedding yet.
@@ -793,7 +804,7 @@ pub async fn lock_pending_embeddings(
 ) -> Result<Vec<PendingEmbedding>> {
     let rows = tx
         .query(
-            "SELECT id, content FROM mneme.fragments
+            "SELECT id, topic, content FROM mneme.fragments
               WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NULL
                 AND (embedding_retry_at IS NULL OR embedding_retry_at <= now())
               ORDER BY created_at
@@ -802,29 +813,70 @@ pub async fn lock_pending_embeddings(
             &[&tx.tenant_id(), &limit],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| PendingEmbedding {
-            id: row.get(0),
-            content: row.get(1),
-        })
-        .collect())
+    Ok(pending(rows))
 }
 
-/// Stores embeddings computed for locked fragments.
+/// The condition of a stale vector: computed by another model or from
+/// another recipe's text than `$2` / `$3`.
+const STALE_EMBEDDING: &str = "embedding IS NOT NULL AND embedding_parked_at IS NULL
+    AND (embedding_model IS DISTINCT FROM $2 OR embedding_recipe <> $3)";
+
+/// Locks up to `limit` fragments of the tenant whose vector is stale. Such
+/// a vector keeps serving searches of its model until it is replaced, so
+/// there is no order to keep and no index to need: the scan stops at
+/// `limit`, and once it finds nothing the worker stops asking (see
+/// `mneme-consolidator`).
+pub async fn lock_stale_embeddings(
+    tx: &TenantTx<'_>,
+    model: &str,
+    recipe: i16,
+    limit: i64,
+) -> Result<Vec<PendingEmbedding>> {
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, topic, content FROM mneme.fragments
+                  WHERE tenant_id = $1 AND {STALE_EMBEDDING}
+                    AND (embedding_retry_at IS NULL OR embedding_retry_at <= now())
+                  LIMIT $4
+                  FOR NO KEY UPDATE SKIP LOCKED"
+            ),
+            &[&tx.tenant_id(), &model, &recipe, &limit],
+        )
+        .await?;
+    Ok(pending(rows))
+}
+
+/// How many of the tenant's vectors are stale (see [`lock_stale_embeddings`]).
+pub async fn count_stale_embeddings(tx: &TenantTx<'_>, model: &str, recipe: i16) -> Result<i64> {
+    Ok(tx
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND {STALE_EMBEDDING}"
+            ),
+            &[&tx.tenant_id(), &model, &recipe],
+        )
+        .await?
+        .get(0))
+}
+
+/// Stores embeddings computed for locked fragments, with the model and the
+/// passage recipe they were computed by.
 pub async fn store_embeddings(
     tx: &TenantTx<'_>,
     model: &str,
+    recipe: i16,
     ids: &[Uuid],
     embeddings: &[Vector],
 ) -> Result<u64> {
     Ok(tx
         .execute(
             "UPDATE mneme.fragments f
-                SET embedding = v.embedding, embedding_model = $2
-               FROM unnest($3::uuid[], $4::vector[]) AS v(id, embedding)
+                SET embedding = v.embedding, embedding_model = $2, embedding_recipe = $3,
+                    embedding_attempts = 0, embedding_retry_at = NULL, embedding_error = NULL
+               FROM unnest($4::uuid[], $5::vector[]) AS v(id, embedding)
               WHERE f.tenant_id = $1 AND f.id = v.id",
-            &[&tx.tenant_id(), &model, &ids, &embeddings],
+            &[&tx.tenant_id(), &model, &recipe, &ids, &embeddings],
         )
         .await?)
 }
@@ -1145,13 +1197,14 @@ pub async fn find_by_hash(
         .map(|row| row.get(0)))
 }
 
-/// Writes an amended fragment in place. A new content clears the embedding,
-/// which the worker recomputes. The caller records the previous version.
+/// Writes an amended fragment in place. With `reembed` (its content or
+/// topic, the text of its vector, changed) the embedding is cleared and the
+/// worker recomputes it. The caller records the previous version.
 pub async fn apply_amendment(
     tx: &TenantTx<'_>,
     id: Uuid,
     amended: &PreparedFragment,
-    content_changed: bool,
+    reembed: bool,
 ) -> Result<()> {
     tx.execute(
         "UPDATE mneme.fragments SET
@@ -1179,7 +1232,7 @@ pub async fn apply_amendment(
             &amended.case.resolution_status.map(|s| s.as_str()),
             &amended.assertion_status.as_str(),
             &amended.affect.as_str(),
-            &content_changed,
+            &reembed,
         ],
     )
     .await?;

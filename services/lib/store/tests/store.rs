@@ -318,7 +318,7 @@ async fn embedding_queue_hands_each_row_to_one_worker_and_vectors_are_searchable
     let ids: Vec<Uuid> = batch1.iter().map(|p| p.id).collect();
     let vectors = vec![Vector::from(unit.clone()); ids.len()];
     assert_eq!(
-        fragments::store_embeddings(&tx1, "test-model", &ids, &vectors)
+        fragments::store_embeddings(&tx1, "test-model", 1, &ids, &vectors)
             .await
             .unwrap(),
         4
