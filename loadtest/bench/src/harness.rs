@@ -21,6 +21,13 @@ pub struct Bench {
     pub settings: Vec<(String, String)>,
 }
 
+/// Per-key request and write limits lifted for every benchmark (a
+/// `--setting` of the same name wins).
+const UNLIMITED_KEY: &[(&str, &str)] = &[
+    ("MNEME_RATE_LIMIT_KEY", "1000000"),
+    ("MNEME_RATE_LIMIT_KEY_WRITES", "1000000"),
+];
+
 impl Bench {
     /// Starts `mneme up` in-process on a fresh database and Redis prefix.
     ///
@@ -40,10 +47,14 @@ impl Bench {
                 );
             }
         }
-        let extra: Vec<(&str, &str)> = settings
+        // The per-key limits are meant for one agent's pace; a benchmark
+        // stores a whole conversation in seconds through one key.
+        let mut extra: Vec<(&str, &str)> = UNLIMITED_KEY
             .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .filter(|(key, _)| !settings.iter().any(|(k, _)| k == key))
+            .copied()
             .collect();
+        extra.extend(settings.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         let stack = Stack::start(embedder, &extra).await;
         Ok(Self {
             stack,

@@ -74,7 +74,8 @@ pub async fn up(
         cache.clone(),
         embedder.clone(),
         config.recall.clone(),
-    );
+    )
+    .with_passage_recipe(mneme_embed::PassageRecipe::from_config(&config.embedding));
     let (signer_for_recall, stopped) = (signer.clone(), stop.clone().cancelled_owned());
     tasks.spawn(async move {
         (

@@ -54,7 +54,7 @@ use mneme_config::{Config, RecallConfig};
 use mneme_core::scoring::{Layer, RankedList, rrf_fuse};
 use mneme_core::text::Tokenizer;
 use mneme_core::{Permission, Principal, Result};
-use mneme_embed::{Embedder, TextKind};
+use mneme_embed::{Embedder, PassageRecipe, TextKind};
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
 use mneme_proto::v1::recall_service_server::{RecallService, RecallServiceServer};
@@ -91,6 +91,9 @@ pub struct RecallServer {
     tokenizer: Arc<Tokenizer>,
     reranker: Option<Arc<Reranker>>,
     settings: Arc<RecallConfig>,
+    /// How stored fragments were put into words for their vectors (the
+    /// surfacing calibration depends on it).
+    passage_recipe: PassageRecipe,
 }
 
 /// What the layers found.
@@ -121,7 +124,15 @@ impl RecallServer {
             tokenizer: Arc::new(Tokenizer::default()),
             reranker,
             settings: Arc::new(settings),
+            passage_recipe: PassageRecipe::from_config(&mneme_config::Config::defaults().embedding),
         }
+    }
+
+    /// The passage recipe of the embedding worker (default: the settings'
+    /// default).
+    pub fn with_passage_recipe(mut self, recipe: PassageRecipe) -> Self {
+        self.passage_recipe = recipe;
+        self
     }
 
     /// The query's embedding, from the cache or the embedder. `None` when
@@ -618,7 +629,8 @@ pub async fn run(
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
-    let server = RecallServer::new(store, cache, embedder, config.recall.clone());
+    let server = RecallServer::new(store, cache, embedder, config.recall.clone())
+        .with_passage_recipe(PassageRecipe::from_config(&config.embedding));
     tracing::info!(addr = %listener.local_addr()?, "recall service listening");
     serve(
         server,

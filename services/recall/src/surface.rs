@@ -32,6 +32,7 @@ use std::collections::{HashMap, HashSet};
 use mneme_core::principal::resolve_agent_id;
 use mneme_core::text::Tokenizer;
 use mneme_core::{Error, Permission, Principal, Result};
+use mneme_embed::PassageRecipe;
 use mneme_proto::v1::{SurfaceCandidate, SurfaceRequest, SurfaceResponse};
 use mneme_store::fragments::{self, SearchScope};
 use mneme_store::{TenantTx, surfacing};
@@ -129,7 +130,28 @@ const CALIBRATIONS: &[(&str, Calibration)] = &[
     ),
 ];
 
+/// e5 with passages embedded as `topic: content` (`PassageRecipe::
+/// TopicAndContent`): the topic moves every similarity, so e5-v1 (fitted on
+/// content-only vectors) would misjudge them.
+const E5_TOPIC: Calibration = Calibration {
+    name: "e5-topic-v1",
+    typical_similarity: 0.84,
+    bias: -2.843,
+    w_similarity: 1.075,
+    w_lexical: 1.934,
+    w_similarity_margin: 53.19,
+    w_lexical_margin: -0.822,
+};
+
 impl Calibration {
+    /// The calibration of vectors of `model` computed by `recipe`.
+    pub(crate) fn for_vectors(model: &str, recipe: PassageRecipe) -> Calibration {
+        match Self::for_model(model) {
+            e5 if e5.name == "e5-v1" && recipe == PassageRecipe::TopicAndContent => E5_TOPIC,
+            calibration => calibration,
+        }
+    }
+
     pub(crate) fn for_model(model: &str) -> Calibration {
         CALIBRATIONS
             .iter()
@@ -216,7 +238,7 @@ impl RecallServer {
             .collect();
 
         let model = self.embedder.model_id();
-        let calibration = Calibration::for_model(model);
+        let calibration = Calibration::for_vectors(model, self.passage_recipe);
         let tsquery = self.tokenizer.tsquery_literal(query);
         let query_lexemes: HashSet<String> = self.tokenizer.lexemes(query).into_iter().collect();
 
@@ -361,6 +383,15 @@ mod tests {
             "e5-v1"
         );
         assert_eq!(Calibration::for_model("all-MiniLM-L6-v2").name, "minilm-v1");
+        assert_eq!(
+            Calibration::for_vectors("multilingual-e5-small-q4", PassageRecipe::TopicAndContent)
+                .name,
+            "e5-topic-v1"
+        );
+        assert_eq!(
+            Calibration::for_vectors("multilingual-e5-small-q4", PassageRecipe::Content).name,
+            "e5-v1"
+        );
         assert_eq!(
             Calibration::for_model("text-embedding-3-small").name,
             "generic-v1"
