@@ -172,7 +172,11 @@ async fn a_consolidator_killed_mid_run_leaves_the_run_to_the_other_with_the_same
         .await
         .execute(
             &format!(
-                "UPDATE mneme.fragments SET embedding = '[{}]'::vector, embedding_model = 'test'
+                // As the consolidator's own embedder (hash, topic recipe)
+                // stores them: a vector of another model or recipe would be
+                // re-embedded by its embedding worker under the test's feet.
+                "UPDATE mneme.fragments SET embedding = '[{}]'::vector,
+                        embedding_model = 'hash-v1-384', embedding_recipe = 1
                   WHERE id = ANY($1)",
                 same_direction.join(",")
             ),
