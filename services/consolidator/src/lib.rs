@@ -23,8 +23,9 @@
 //! queue is empty the worker re-embeds its stale vectors in batches, each
 //! after a look at the queue, so new fragments never wait behind them; a
 //! stale vector keeps serving its model's searches until it is replaced.
-//! After one look that finds none, the worker does not look at that tenant
-//! again until it restarts: only a restart can change the model or recipe.
+//! Once a tenant has none left (none waiting for a retry either), the worker
+//! does not look at it again until it restarts: only a restart can change
+//! the model or recipe.
 #![forbid(unsafe_code)]
 
 pub mod consolidate;
@@ -171,24 +172,25 @@ impl EmbeddingWorker {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
         let batch_size = self.current_batch_size.load(Ordering::Relaxed);
-        let mut batch = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
-        let mut stale = false;
-        if batch.is_empty() && !self.is_up_to_date(tenant_id) {
-            batch = fragments::lock_stale_embeddings(
-                &tx,
-                self.embedder.model_id(),
-                self.recipe.version(),
-                batch_size as i64,
-            )
-            .await?;
-            if batch.is_empty() {
-                self.up_to_date_lock().insert(tenant_id);
-            }
-            stale = true;
-        }
-        if batch.is_empty() {
+        let pending = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
+        let (batch, stale) = if !pending.is_empty() {
+            (pending, false)
+        } else if self.is_up_to_date(tenant_id) {
             return Ok((0, false));
-        }
+        } else {
+            let (model, recipe) = (self.embedder.model_id(), self.recipe.version());
+            let stale =
+                fragments::lock_stale_embeddings(&tx, model, recipe, batch_size as i64).await?;
+            if stale.is_empty() {
+                // Nothing to take now; stale vectors waiting for a retry
+                // (or locked by another worker) keep the tenant on the list.
+                if fragments::count_stale_embeddings(&tx, model, recipe).await? == 0 {
+                    self.up_to_date_lock().insert(tenant_id);
+                }
+                return Ok((0, false));
+            }
+            (stale, true)
+        };
         let texts: Vec<String> = batch
             .iter()
             .map(|p| self.recipe.text(&p.topic, &p.content))

@@ -454,3 +454,47 @@ fn reembedded_total() -> u64 {
         .map(|family| family.get_metric()[0].get_counter().get_value() as u64)
         .unwrap_or(0)
 }
+
+#[tokio::test]
+async fn a_stale_vector_the_provider_rejects_is_re_embedded_after_its_backoff() {
+    let setup = setup().await;
+    remember(&setup, "ops", "The deploy runs at noon every weekday.").await;
+    remember(&setup, "ops", "This POISON fragment upsets the provider.").await;
+    let stop = CancellationToken::new();
+    let count =
+        |condition: &'static str| setup.db.count_in_tenant(setup.tenant.tenant_id, condition);
+    let old = Recording::new("picky");
+    worker(&setup, &old, PassageRecipe::Content)
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+    assert_eq!(
+        count("embedding_recipe = 0 AND embedding IS NOT NULL").await,
+        2
+    );
+
+    // The new recipe's provider rejects one text once; its retry is due
+    // after a second.
+    let picky = Arc::new(Picky::default());
+    let upgraded = EmbeddingWorker::new(setup.store.clone(), picky.clone(), 32)
+        .with_recipe(PassageRecipe::TopicAndContent)
+        .with_retries(3, Duration::from_secs(1));
+    upgraded
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+    assert_eq!(count("embedding_recipe = 1").await, 1);
+    assert_eq!(count("embedding_retry_at IS NOT NULL").await, 1);
+
+    picky.cured.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    upgraded
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+    assert_eq!(
+        count("embedding_recipe = 1").await,
+        2,
+        "the rejected stale vector was retried, not forgotten"
+    );
+}
