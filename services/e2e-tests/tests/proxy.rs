@@ -667,6 +667,7 @@ async fn a_hung_upstream_opens_its_breaker_while_other_upstreams_and_mneme_answe
         )
         .await;
     let mcp = world.stack.mcp(&world.acme.api_key).await;
+    let reads_before = SLOW_READS.load(std::sync::atomic::Ordering::SeqCst);
 
     let hung = async {
         let mut answers = Vec::new();
@@ -690,11 +691,20 @@ async fn a_hung_upstream_opens_its_breaker_while_other_upstreams_and_mneme_answe
         slowest
     };
     let (hung, slowest_fine) = tokio::join!(hung, fine);
-    assert!(hung[0].1.contains("did not answer"), "{hung:?}");
-    assert!(hung[0].0 < Duration::from_millis(1500), "{hung:?}");
-    // Open after two failures: the third call is refused at once.
+    // mneme's call timeout cut the first call (the upstream takes 2 s).
+    assert!(
+        hung[0].1.contains("did not answer within 300ms"),
+        "{hung:?}"
+    );
+    // Open after two failures: the third call is refused without reaching
+    // the upstream (counted there rather than timed here, so a loaded
+    // machine cannot fail it).
     assert!(hung[2].1.contains("stopped calling it"), "{hung:?}");
-    assert!(hung[2].0 < Duration::from_millis(200), "{hung:?}");
+    let reached = SLOW_READS.load(std::sync::atomic::Ordering::SeqCst) - reads_before;
+    assert!(
+        reached <= 2,
+        "{reached} calls reached the upstream, only the two before the breaker opened may: {hung:?}"
+    );
     assert!(
         slowest_fine < Duration::from_secs(1),
         "the healthy upstream waited on the hung one: {slowest_fine:?}"
