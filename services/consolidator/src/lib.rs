@@ -34,7 +34,7 @@ mod split;
 
 pub use consolidate::{Consolidator, ModelReply, STAGES, Stage};
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -53,6 +53,10 @@ use uuid::Uuid;
 /// Longest a drain of one tenant spends re-embedding stale vectors before
 /// the worker moves on; the rest waits for the next sweep.
 const STALE_SLICE: Duration = Duration::from_secs(5);
+/// How long a tenant found without stale vectors is taken to stay so. Only
+/// another model's worker (the old pods of a rolling deploy) or a requeue
+/// can make vectors stale again; they are picked up within this time.
+const STALE_RECHECK: Duration = Duration::from_secs(600);
 
 /// Pause after a failed batch before the tenant is tried again.
 const RETRY_BACKOFF: Duration = Duration::from_secs(2);
@@ -131,8 +135,8 @@ pub struct EmbeddingWorker {
     max_attempts: i16,
     retry_backoff: Duration,
     recipe: PassageRecipe,
-    /// Tenants known to hold no stale vector.
-    up_to_date: Arc<Mutex<HashSet<Uuid>>>,
+    /// Tenants found to hold no stale vector, and when.
+    up_to_date: Arc<Mutex<HashMap<Uuid, std::time::Instant>>>,
 }
 
 impl EmbeddingWorker {
@@ -185,7 +189,8 @@ impl EmbeddingWorker {
                 // Nothing to take now; stale vectors waiting for a retry
                 // (or locked by another worker) keep the tenant on the list.
                 if fragments::count_stale_embeddings(&tx, model, recipe).await? == 0 {
-                    self.up_to_date_lock().insert(tenant_id);
+                    self.up_to_date_lock()
+                        .insert(tenant_id, std::time::Instant::now());
                 }
                 return Ok((0, false));
             }
@@ -232,12 +237,14 @@ impl EmbeddingWorker {
         fragments::store_embeddings(tx, model, recipe, ids, vectors).await
     }
 
-    fn up_to_date_lock(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+    fn up_to_date_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, std::time::Instant>> {
         self.up_to_date.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn is_up_to_date(&self, tenant_id: Uuid) -> bool {
-        self.up_to_date_lock().contains(&tenant_id)
+        self.up_to_date_lock()
+            .get(&tenant_id)
+            .is_some_and(|checked| checked.elapsed() < STALE_RECHECK)
     }
 
     /// Halves the batch size after a batch the provider could not take,

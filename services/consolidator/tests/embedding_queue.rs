@@ -498,3 +498,50 @@ async fn a_stale_vector_the_provider_rejects_is_re_embedded_after_its_backoff() 
         "the rejected stale vector was retried, not forgotten"
     );
 }
+
+#[tokio::test]
+async fn a_parked_stale_vector_is_requeued_with_the_parked_fragments() {
+    let setup = setup().await;
+    remember(&setup, "ops", "This POISON fragment upsets the provider.").await;
+    let stop = CancellationToken::new();
+    let count =
+        |condition: &'static str| setup.db.count_in_tenant(setup.tenant.tenant_id, condition);
+    worker(&setup, &Recording::new("picky"), PassageRecipe::Content)
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+
+    // The new recipe's provider rejects it on its only try: parked, while
+    // the old vector keeps serving searches.
+    let picky = Arc::new(Picky::default());
+    let upgraded = || {
+        EmbeddingWorker::new(setup.store.clone(), picky.clone(), 32)
+            .with_recipe(PassageRecipe::TopicAndContent)
+            .with_retries(1, Duration::from_secs(1))
+    };
+    upgraded()
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+    assert_eq!(
+        count("embedding_parked_at IS NOT NULL AND embedding_recipe = 0").await,
+        1
+    );
+
+    picky.cured.store(true, Ordering::SeqCst);
+    let mut client = setup.store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, setup.tenant.tenant_id)
+        .await
+        .unwrap();
+    assert_eq!(fragments::requeue_parked_embeddings(&tx).await.unwrap(), 1);
+    tx.commit().await.unwrap();
+    upgraded()
+        .drain_tenant(setup.tenant.tenant_id, &stop)
+        .await
+        .unwrap();
+    assert_eq!(
+        count("embedding_parked_at IS NULL AND embedding_recipe = 1").await,
+        1,
+        "the requeued stale vector was replaced"
+    );
+}

@@ -914,14 +914,15 @@ pub async fn embedding_failed(
 }
 
 /// Puts the tenant's parked fragments back into the embedding queue (after
-/// the provider or the model changed). Returns how many.
+/// the provider or the model changed): those without a vector, and those
+/// whose stale vector could not be replaced. Returns how many.
 pub async fn requeue_parked_embeddings(tx: &TenantTx<'_>) -> Result<u64> {
     Ok(tx
         .execute(
             "UPDATE mneme.fragments
                 SET embedding_attempts = 0, embedding_retry_at = NULL,
                     embedding_parked_at = NULL, embedding_error = NULL
-              WHERE tenant_id = $1 AND embedding IS NULL AND embedding_parked_at IS NOT NULL",
+              WHERE tenant_id = $1 AND embedding_parked_at IS NOT NULL",
             &[&tx.tenant_id()],
         )
         .await?)
