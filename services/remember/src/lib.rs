@@ -61,6 +61,8 @@ pub struct RememberServer {
     /// clients and their breakers outlive a single call.
     consolidator: Consolidator,
     tokenizer: Arc<Tokenizer>,
+    /// Slots for writes whose automatic links are being computed.
+    linking: Arc<tokio::sync::Semaphore>,
 }
 
 impl RememberServer {
@@ -71,6 +73,7 @@ impl RememberServer {
             consolidator: Consolidator::new(store.clone(), Config::defaults().consolidation),
             store,
             tokenizer: Arc::new(Tokenizer::default()),
+            linking: Arc::new(tokio::sync::Semaphore::new(write::LINKING_WRITES)),
         }
     }
 

@@ -15,13 +15,18 @@ use mneme_proto::v1::{
     ErrorDetail, Quota, RememberRequest, RememberResponse, WriteOutcome,
 };
 use mneme_store::fragments::{self, Author, SearchScope};
-use mneme_store::{TenantTx, api_keys, cases, links};
+use mneme_store::links::{self, Edge};
+use mneme_store::{TenantTx, api_keys, cases};
 use uuid::Uuid;
 
 use crate::RememberServer;
 
-/// Progress events of a batch are sent every this many stored items.
-const PROGRESS_EVERY: usize = 25;
+/// Writes whose automatic links are computed at once, per process (see
+/// `spawn_auto_links`).
+pub(crate) const LINKING_WRITES: usize = 2;
+/// Most fragments stored by one bulk insert; a batch reports progress after
+/// each. A few statements per insert, against one per fragment before.
+const ROWS_PER_INSERT: usize = 50;
 /// Cached quota counts are rebuilt exactly at least this often.
 const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
 /// Conflict candidates examined per remember.
@@ -54,6 +59,14 @@ fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
         fragments::WriteOutcome::Duplicate => WriteOutcome::Duplicate,
         fragments::WriteOutcome::Replayed => WriteOutcome::Replayed,
     }
+}
+
+/// Whether a write may open or join its session's case: an error or fix
+/// (a case event type) of a session that names no case itself.
+fn needs_case_resolution(write: &Write) -> bool {
+    write.fragment.case.case_id.is_none()
+        && case_event_type(write.fragment.fragment_type).is_some()
+        && write.session_id.is_some()
 }
 
 /// The case event a fragment type stands for, if any.
@@ -225,10 +238,10 @@ impl RememberServer {
         principal: &Principal,
         write: &mut Write,
     ) -> Result<()> {
-        let fragment = &mut write.fragment;
-        if fragment.case.case_id.is_some() || case_event_type(fragment.fragment_type).is_none() {
+        if !needs_case_resolution(write) {
             return Ok(());
         }
+        let fragment = &mut write.fragment;
         let Some(session) = write.session_id.as_deref() else {
             return Ok(());
         };
@@ -328,38 +341,58 @@ impl RememberServer {
     /// fragments of the key sharing most keywords. Optional enrichment, so it
     /// runs after the commit, off the request path, in a transaction of its
     /// own; a failure is logged and loses nothing that was acknowledged.
-    fn spawn_auto_links(&self, principal: &Principal, created: Vec<(Uuid, Write)>) {
+    ///
+    /// A whole write's links take three statements however many fragments
+    /// it created (the keyword lookups pipelined on one connection). At
+    /// most [`LINKING_WRITES`] writes are linked at once per process; a
+    /// writer beyond that waits here for a slot, so link work cannot pile up
+    /// behind a stream of batches and starve the writes themselves.
+    async fn spawn_auto_links(&self, principal: &Principal, created: Vec<(Uuid, Write)>) {
         let hours = self.settings.temporal_link_hours;
         let temporal = hours > 0.0 && self.settings.temporal_link_max > 0;
         if created.is_empty() || !(temporal || self.settings.proactive_links) {
             return;
         }
+        let Ok(slot) = self.linking.clone().acquire_owned().await else {
+            return;
+        };
         let server = self.clone();
         let principal = principal.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let result: Result<()> = async {
                 let mut client = server.store.client().await?;
                 let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-                let own = [principal.key_id];
-                for (id, write) in &created {
-                    let mut targets: Vec<(Uuid, &str, f32)> = Vec::new();
-                    if temporal {
-                        let max = server.settings.temporal_link_max as i64;
-                        let neighbors =
-                            fragments::temporal_neighbors(&tx, principal.key_id, *id, hours, max)
-                                .await?;
-                        targets.extend(neighbors.into_iter().map(|(neighbor, apart)| {
-                            (neighbor, "temporal", (1.0 - apart / hours).max(0.3) as f32)
+                let mut edges: Vec<Edge> = Vec::new();
+                if temporal {
+                    let ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
+                    let max = server.settings.temporal_link_max as i64;
+                    let near =
+                        fragments::temporal_neighbors(&tx, principal.key_id, &ids, hours, max)
+                            .await?;
+                    edges.extend(near.into_iter().map(|(from_id, to_id, apart)| Edge {
+                        from_id,
+                        to_id,
+                        relation_type: "temporal".to_owned(),
+                        weight: (1.0 - apart / hours).max(0.3) as f32,
+                    }));
+                }
+                if server.settings.proactive_links {
+                    let related =
+                        futures::future::try_join_all(created.iter().map(|(id, write)| {
+                            server.proactive_candidates(&tx, &principal, write, *id)
+                        }))
+                        .await?;
+                    for ((from, _), targets) in created.iter().zip(related) {
+                        edges.extend(targets.into_iter().map(|to_id| Edge {
+                            from_id: *from,
+                            to_id,
+                            relation_type: "related".to_owned(),
+                            weight: 0.5,
                         }));
                     }
-                    if server.settings.proactive_links {
-                        let related = server
-                            .proactive_candidates(&tx, &principal, write, *id)
-                            .await?;
-                        targets.extend(related.into_iter().map(|t| (t, "related", 0.5)));
-                    }
-                    links::upsert_many(&tx, &own, *id, &targets).await?;
                 }
+                links::upsert_edges(&tx, &[principal.key_id], &edges).await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -422,16 +455,88 @@ impl RememberServer {
     ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
         let mut stored = Vec::with_capacity(writes.len());
         let mut created = Vec::new();
-        for (done, (index, mut write)) in writes.into_iter().enumerate() {
-            if assign_cases {
-                self.resolve_case(tx, principal, &mut write).await?;
+        // Consecutive writes go in one bulk insert. A write that may open or
+        // join a session's case is resolved against everything stored before
+        // it, so the run before it is flushed first and it goes alone.
+        let mut run: Vec<(usize, Write)> = Vec::new();
+        for (index, mut write) in writes {
+            if !(assign_cases && needs_case_resolution(&write)) {
+                run.push((index, write));
+                if run.len() == ROWS_PER_INSERT {
+                    self.insert_run(
+                        tx,
+                        principal,
+                        std::mem::take(&mut run),
+                        &mut stored,
+                        &mut created,
+                    )
+                    .await?;
+                    on_stored(stored.len());
+                }
+                continue;
             }
-            let author = Author {
+            if !run.is_empty() {
+                self.insert_run(
+                    tx,
+                    principal,
+                    std::mem::take(&mut run),
+                    &mut stored,
+                    &mut created,
+                )
+                .await?;
+                on_stored(stored.len());
+            }
+            self.resolve_case(tx, principal, &mut write).await?;
+            self.insert_run(
+                tx,
+                principal,
+                vec![(index, write)],
+                &mut stored,
+                &mut created,
+            )
+            .await?;
+            on_stored(stored.len());
+        }
+        if !run.is_empty() {
+            self.insert_run(tx, principal, run, &mut stored, &mut created)
+                .await?;
+            on_stored(stored.len());
+        }
+        Ok((stored, created))
+    }
+
+    /// Inserts `run` (one statement for the lot when there are several),
+    /// then what each new fragment entails. Writes that hit a unique
+    /// constraint are resolved one by one, as a replay or a duplicate.
+    async fn insert_run(
+        &self,
+        tx: &TenantTx<'_>,
+        principal: &Principal,
+        run: Vec<(usize, Write)>,
+        stored: &mut Vec<Stored>,
+        created: &mut Vec<(Uuid, Write)>,
+    ) -> Result<()> {
+        fn author<'w>(principal: &Principal, write: &'w Write) -> Author<'w> {
+            Author {
                 key_id: principal.key_id,
                 agent_id: &write.agent_id,
                 session_id: write.session_id.as_deref(),
+            }
+        }
+        let bulk: Vec<Option<fragments::Written>> = if run.len() > 1 {
+            let rows: Vec<_> = run
+                .iter()
+                .map(|(_, write)| (author(principal, write), &write.fragment))
+                .collect();
+            fragments::insert_many(tx, &rows).await?
+        } else {
+            vec![None; run.len()]
+        };
+        for ((index, write), written) in run.into_iter().zip(bulk) {
+            let written = match written {
+                Some(written) => written,
+                None => fragments::insert(tx, author(principal, &write), &write.fragment).await?,
             };
-            let written = fragments::insert(tx, author, &write.fragment).await?;
             let outcome = outcome_of(written.outcome);
             stored.push(Stored {
                 index,
@@ -443,9 +548,8 @@ impl RememberServer {
                 self.after_insert(tx, principal, &write, written.id).await?;
                 created.push((written.id, write));
             }
-            on_stored(done + 1);
         }
-        Ok((stored, created))
+        Ok(())
     }
 
     /// What follows a committed write of `created` new fragments: the quota
@@ -463,7 +567,7 @@ impl RememberServer {
                 .await;
             self.cache.wake_embedding_worker(&tenant).await;
         }
-        self.spawn_auto_links(principal, new_fragments);
+        self.spawn_auto_links(principal, new_fragments).await;
     }
 
     /// Stores a session-scoped fragment in the session's working memory.
@@ -700,7 +804,8 @@ impl RememberServer {
             self.check_quota(&tx, principal, valid.len() as u64).await?;
             let (stored, new_fragments) = self
                 .store_all(&tx, principal, valid, true, |done| {
-                    if done % PROGRESS_EVERY == 0 {
+                    // The last step is reported once committed.
+                    if total_u32 + (done as u32) < steps {
                         progress(BatchProgress {
                             phase: "store".into(),
                             processed: total_u32 + done as u32,

@@ -490,6 +490,128 @@ mod write_path {
     }
 
     #[tokio::test]
+    async fn a_long_batch_is_stored_in_bulk_with_every_outcome_of_single_writes() {
+        let h = harness().await;
+        let existing = h
+            .remember(
+                None,
+                kind("The ledger closes at midnight UTC.", "fact", "ledger"),
+            )
+            .await;
+        let keyed = h
+            .remember(
+                None,
+                RememberRequest {
+                    idempotency_key: Some("import-7".into()),
+                    ..kind("The importer retried batch seven.", "fact", "importer")
+                },
+            )
+            .await;
+
+        let mut items: Vec<RememberRequest> = (0..130)
+            .map(|i| {
+                kind(
+                    &format!("Host node-{i} runs shard {i} of the search index."),
+                    "fact",
+                    "shards",
+                )
+            })
+            .collect();
+        items[10] = kind("The ledger closes at midnight UTC.", "fact", "ledger");
+        items[60] = RememberRequest {
+            idempotency_key: Some("import-7".into()),
+            ..kind("A retried request with other words.", "fact", "importer")
+        };
+        items[70] = items[69].clone();
+        items[100].linked_to = vec![existing.id.clone()];
+        // Two errors of one session and topic: the second joins the case the
+        // first opened, which it can only see if the first is stored first.
+        items[110] = kind("The importer crashed on row 4411.", "error", "importer");
+        items[111] = kind(
+            "The importer crashed again on row 4412.",
+            "error",
+            "importer",
+        );
+        let events = std::sync::Mutex::new(Vec::new());
+        let result = h
+            .server
+            .batch_remember(
+                &h.who(Some("s-9")),
+                mneme_proto::v1::BatchRememberRequest {
+                    items,
+                    ..Default::default()
+                },
+                |progress| events.lock().unwrap().push(progress.processed),
+            )
+            .await
+            .unwrap();
+
+        assert_eq!(
+            (result.created, result.existing, result.rejected),
+            (127, 3, 0)
+        );
+        let outcome = |i: usize| WriteOutcome::try_from(result.results[i].outcome).unwrap();
+        let id = |i: usize| result.results[i].id.clone().unwrap();
+        assert_eq!(outcome(10), WriteOutcome::Duplicate);
+        assert_eq!(id(10), existing.id);
+        assert_eq!(outcome(60), WriteOutcome::Replayed);
+        assert_eq!(id(60), keyed.id);
+        assert_eq!(outcome(70), WriteOutcome::Duplicate);
+        assert_eq!(id(70), id(69));
+        assert_eq!(outcome(129), WriteOutcome::Created);
+        assert_eq!(h.count("topic = 'shards'").await, 125);
+        assert_eq!(
+            h.scalar(&format!(
+                "SELECT count(*) FROM mneme.fragment_links
+                  WHERE from_id = '{}' AND to_id = '{}'",
+                id(100),
+                existing.id
+            ))
+            .await,
+            1
+        );
+        assert_eq!(
+            h.scalar(
+                "SELECT count(DISTINCT case_id) FROM mneme.fragments
+                  WHERE type = 'error' AND topic = 'importer' AND case_id IS NOT NULL"
+            )
+            .await,
+            1
+        );
+        assert_eq!(
+            h.count("type = 'error' AND topic = 'importer' AND case_id IS NOT NULL")
+                .await,
+            2
+        );
+        // Automatic links of the whole batch follow the commit: temporal to
+        // its neighbours in time, related by shared keywords.
+        let auto_links = |relation: &str| {
+            format!(
+                "SELECT count(*) FROM mneme.fragment_links
+                  WHERE from_id = '{}' AND relation_type = '{relation}'",
+                id(129)
+            )
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.scalar(&auto_links("temporal")).await == 0
+            || h.scalar(&auto_links("related")).await == 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no automatic links appeared"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        // Validation, then progress after every bulk insert, strictly
+        // growing to the total (130 validated + 130 stored).
+        let events = events.into_inner().unwrap();
+        assert!(events.len() >= 5, "{events:?}");
+        assert!(events.windows(2).all(|w| w[0] < w[1]), "{events:?}");
+        assert_eq!(events.first(), Some(&130));
+        assert_eq!(events.last(), Some(&260));
+    }
+
+    #[tokio::test]
     async fn errors_of_a_session_and_topic_form_a_case_with_events() {
         let h = harness().await;
         let first = h

@@ -143,6 +143,146 @@ pub async fn insert(
         .ok_or_else(|| StoreError::Invalid("fragment changed concurrently; retry".into()))
 }
 
+/// The columns a new fragment is written with, in the order of
+/// [`insert`]'s statement and of [`insert_many`]'s staging table.
+const STAGED_COLUMNS: &str = "ord, id, key_id, agent_id, session_id, workspace, content, \
+     content_hash, topic, keywords, type, importance, ttl_tier, is_anchor, source, \
+     idempotency_key, context_summary, estimated_tokens, search_tsv, case_id, goal, outcome, \
+     phase, resolution_status, assertion_status, affect, occurred_at";
+
+/// Inserts many prepared fragments with one `COPY` and one `INSERT …
+/// SELECT`, in order. Returns, per row, what was created, or `None` where a
+/// unique constraint fired (an idempotency key or content seen before, in
+/// the table or earlier in `rows`): the caller resolves those one at a
+/// time with [`insert`], which tells a replay from a duplicate.
+///
+/// Used by `batch_remember`: a round trip per fragment dominated its time.
+/// The staging table is temporary and dropped at commit, so nothing of it
+/// outlives the transaction (or survives a pooler that hands the connection
+/// to someone else).
+pub async fn insert_many(
+    tx: &TenantTx<'_>,
+    rows: &[(Author<'_>, &PreparedFragment)],
+) -> Result<Vec<Option<Written>>> {
+    use tokio_postgres::binary_copy::BinaryCopyInWriter;
+    use tokio_postgres::types::{ToSql, Type};
+
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    tx.batch_execute(
+        "CREATE TEMP TABLE IF NOT EXISTS fragment_staging (
+             ord int, id uuid, key_id uuid, agent_id text, session_id text, workspace text,
+             content text, content_hash text, topic text, keywords text[], type text,
+             importance real, ttl_tier text, is_anchor boolean, source text,
+             idempotency_key text, context_summary text, estimated_tokens int, search_tsv text,
+             case_id text, goal text, outcome text, phase text, resolution_status text,
+             assertion_status text, affect text, occurred_at timestamptz
+         ) ON COMMIT DROP",
+    )
+    .await?;
+    let types = [
+        Type::INT4,
+        Type::UUID,
+        Type::UUID,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT_ARRAY,
+        Type::TEXT,
+        Type::FLOAT4,
+        Type::TEXT,
+        Type::BOOL,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TIMESTAMPTZ,
+    ];
+    let sink = tx
+        .copy_in(&format!(
+            "COPY fragment_staging ({STAGED_COLUMNS}) FROM STDIN BINARY"
+        ))
+        .await?;
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = std::pin::pin!(writer);
+    let ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+    for (ord, ((author, fragment), id)) in rows.iter().zip(&ids).enumerate() {
+        let ord = ord as i32;
+        let tokens = fragment.estimated_tokens as i32;
+        let values: [&(dyn ToSql + Sync); 27] = [
+            &ord,
+            id,
+            &author.key_id,
+            &author.agent_id,
+            &author.session_id,
+            &fragment.workspace,
+            &fragment.content,
+            &fragment.content_hash,
+            &fragment.topic,
+            &fragment.keywords,
+            &fragment.fragment_type.as_str(),
+            &fragment.importance,
+            &fragment.ttl_tier.as_str(),
+            &fragment.is_anchor,
+            &fragment.source,
+            &fragment.idempotency_key,
+            &fragment.context_summary,
+            &tokens,
+            &fragment.search_lexemes,
+            &fragment.case.case_id,
+            &fragment.case.goal,
+            &fragment.case.outcome,
+            &fragment.case.phase,
+            &fragment.case.resolution_status.map(|s| s.as_str()),
+            &fragment.assertion_status.as_str(),
+            &fragment.affect.as_str(),
+            &fragment.occurred_at,
+        ];
+        writer.as_mut().write(&values).await?;
+    }
+    writer.finish().await?;
+
+    let inserted = tx
+        .query(
+            "INSERT INTO mneme.fragments
+                 (tenant_id, id, key_id, agent_id, session_id, workspace, content, content_hash,
+                  topic, keywords, type, importance, ttl_tier, is_anchor, source, idempotency_key,
+                  context_summary, estimated_tokens, search_tsv, case_id, goal, outcome, phase,
+                  resolution_status, assertion_status, affect, occurred_at)
+             SELECT $1, id, key_id, agent_id, session_id, workspace, content, content_hash,
+                    topic, keywords, type, importance, ttl_tier, is_anchor, source,
+                    idempotency_key, context_summary, estimated_tokens, search_tsv::tsvector,
+                    case_id, goal, outcome, phase, resolution_status, assertion_status, affect,
+                    occurred_at
+               FROM fragment_staging ORDER BY ord
+             ON CONFLICT DO NOTHING
+             RETURNING id, importance, ttl_tier, keywords",
+            &[&tx.tenant_id()],
+        )
+        .await?;
+    let mut created: HashMap<Uuid, Written> = inserted
+        .iter()
+        .map(|row| {
+            let written = written(row, WriteOutcome::Created);
+            (written.id, written)
+        })
+        .collect();
+    tx.batch_execute("DROP TABLE fragment_staging").await?;
+    Ok(ids.iter().map(|id| created.remove(id)).collect())
+}
+
 /// Which fragments `forget` targets.
 #[derive(Debug, Clone, Copy)]
 pub enum ForgetTarget<'a> {
@@ -987,43 +1127,46 @@ pub async fn supersede(
     Ok(superseded)
 }
 
-/// Fragments of the same key, agent and topic created within `hours` of
-/// `id`'s creation (excluding `id`), closest first: (id, hours apart). The
-/// nearest ones on each side come straight from an index range.
+/// The nearest fragments in time to each of `ids` (of key `key_id`): same
+/// agent and topic, valid, at most `hours` apart, at most `limit` each.
+/// Returns (fragment, neighbour, hours apart). The nearest ones on each side
+/// come straight from an index range; one statement serves any number of
+/// fragments, so a batch's links cost one plan, not one per item.
 pub async fn temporal_neighbors(
     tx: &TenantTx<'_>,
     key_id: Uuid,
-    id: Uuid,
+    ids: &[Uuid],
     hours: f64,
     limit: i64,
-) -> Result<Vec<(Uuid, f64)>> {
+) -> Result<Vec<(Uuid, Uuid, f64)>> {
     let rows = tx
         .query(
-            "WITH f AS (SELECT topic, agent_id, created_at FROM mneme.fragments
-                         WHERE tenant_id = $1 AND key_id = $2 AND id = $3),
-                  near AS (
-                      (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n, f
-                        WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
-                          AND n.created_at <= f.created_at AND n.id <> $3
-                          AND n.created_at >= f.created_at - make_interval(secs => $4::float8 * 3600)
-                        ORDER BY n.created_at DESC LIMIT $5::int8 * 2)
-                      UNION ALL
-                      (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n, f
-                        WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
-                          AND n.created_at > f.created_at
-                          AND n.created_at <= f.created_at + make_interval(secs => $4::float8 * 3600)
-                        ORDER BY n.created_at LIMIT $5::int8 * 2))
-             SELECT near.id,
-                    (abs(extract(epoch FROM near.created_at - f.created_at)) / 3600.0)::float8 AS apart
-               FROM near, f
-              WHERE near.agent_id = f.agent_id AND near.valid_to IS NULL
-              ORDER BY apart LIMIT $5::int8",
-            &[&tx.tenant_id(), &key_id, &id, &hours, &limit],
+            "SELECT f.id, near.id,
+                    (abs(extract(epoch FROM near.created_at - f.created_at)) / 3600.0)::float8
+               FROM mneme.fragments f
+              CROSS JOIN LATERAL (
+                    SELECT n.id, n.created_at FROM (
+                        (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n
+                          WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
+                            AND n.created_at <= f.created_at AND n.id <> f.id
+                            AND n.created_at >= f.created_at - make_interval(secs => $4::float8 * 3600)
+                          ORDER BY n.created_at DESC LIMIT $5::int8 * 2)
+                        UNION ALL
+                        (SELECT n.id, n.created_at, n.agent_id, n.valid_to FROM mneme.fragments n
+                          WHERE n.tenant_id = $1 AND n.key_id = $2 AND n.topic = f.topic
+                            AND n.created_at > f.created_at
+                            AND n.created_at <= f.created_at + make_interval(secs => $4::float8 * 3600)
+                          ORDER BY n.created_at LIMIT $5::int8 * 2)) n
+                     WHERE n.agent_id = f.agent_id AND n.valid_to IS NULL
+                     ORDER BY abs(extract(epoch FROM n.created_at - f.created_at))
+                     LIMIT $5::int8) near
+              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.id = ANY($3)",
+            &[&tx.tenant_id(), &key_id, &ids, &hours, &limit],
         )
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get(0), r.get::<_, f64>(1)))
+        .map(|r| (r.get(0), r.get(1), r.get::<_, f64>(2)))
         .collect())
 }
 

@@ -51,35 +51,65 @@ pub async fn upsert_many(
     from_id: Uuid,
     targets: &[(Uuid, &str, f32)],
 ) -> Result<Vec<(Uuid, String)>> {
-    if targets.is_empty() {
+    let edges: Vec<Edge> = targets
+        .iter()
+        .map(|&(to_id, relation, weight)| Edge {
+            from_id,
+            to_id,
+            relation_type: relation.to_owned(),
+            weight,
+        })
+        .collect();
+    Ok(upsert_edges(tx, key_ids, &edges)
+        .await?
+        .into_iter()
+        .map(|(_, to, relation)| (to, relation))
+        .collect())
+}
+
+/// Creates every edge whose target is readable with `key_ids` (the caller
+/// vouches for the sources), in one statement whatever their number;
+/// existing links keep the larger weight. Returns the (from, to, relation)
+/// triples that exist afterwards.
+pub async fn upsert_edges(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    edges: &[Edge],
+) -> Result<Vec<(Uuid, Uuid, String)>> {
+    if edges.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<Uuid> = targets.iter().map(|t| t.0).collect();
-    let relations: Vec<&str> = targets.iter().map(|t| t.1).collect();
-    let weights: Vec<f32> = targets.iter().map(|t| t.2).collect();
+    let froms: Vec<Uuid> = edges.iter().map(|e| e.from_id).collect();
+    let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
+    let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
+    let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
     let rows = tx
         .query(
             "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
-             SELECT $1, $2, t.id, t.relation, max(t.weight)
-               FROM unnest($4::uuid[], $5::text[], $6::real[]) AS t(id, relation, weight)
-               JOIN mneme.fragments b ON b.tenant_id = $1 AND b.id = t.id AND b.key_id = ANY($3)
-              WHERE t.id <> $2
-              GROUP BY t.id, t.relation
+             SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight)
+               FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::real[])
+                    AS t(from_id, to_id, relation, weight)
+               JOIN mneme.fragments b ON b.tenant_id = $1 AND b.id = t.to_id AND b.key_id = ANY($2)
+              WHERE t.to_id <> t.from_id
+              GROUP BY t.from_id, t.to_id, t.relation
              ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
                     deleted_at = NULL
-             RETURNING to_id, relation_type",
+             RETURNING from_id, to_id, relation_type",
             &[
                 &tx.tenant_id(),
-                &from_id,
                 &key_ids,
-                &ids,
+                &froms,
+                &tos,
                 &relations,
                 &weights,
             ],
         )
         .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
 }
 
 /// Whether `to` can already reach `from` through active links of
