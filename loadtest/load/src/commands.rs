@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 
+use crate::db_time;
 use crate::mcp::Lifecycle;
 use crate::report::{ReportHeader, RunReport, TargetInfo};
 use crate::run::{self, Plan};
@@ -151,7 +152,9 @@ async fn run_on(
             .await?;
     }
     let workload = Arc::new(workload);
+    let before = db_time::Snapshot::take();
     let measured = run::run(workload.clone(), options.plan).await;
+    let database = db_time::Snapshot::take().since(&before);
     if let Ok(workload) = Arc::try_unwrap(workload) {
         workload.close().await;
     }
@@ -176,12 +179,14 @@ async fn run_on(
             },
         },
     };
-    Ok(RunReport::new(
+    let mut report = RunReport::new(
         &measured,
         &options.plan,
         scenario == Scenario::Surfacing,
         header,
-    ))
+    );
+    report.database = database;
+    Ok(report)
 }
 
 /// Seeds a running stack's keys, or the tenants of a self-hosted stack
@@ -194,9 +199,11 @@ pub async fn seed_tenants(
         TargetChoice::Running(target) => seed::seed(&target, &options).await,
         TargetChoice::SelfHosted(hosted) => {
             let hosted = SelfHosted::start(&hosted).await?;
+            let before = db_time::Snapshot::take();
             let result = seed::seed(&hosted.target(), &options).await;
+            let database = db_time::Snapshot::take().since(&before);
             hosted.shutdown().await?;
-            result
+            result.map(|report| SeedReport { database, ..report })
         }
     }
 }

@@ -22,6 +22,7 @@
 //!   (mneme-bench's harness) with tenants of its own.
 //! - [`upstream`]: the echo MCP server behind the `surfacing` scenario.
 //! - [`report`]: the table and the JSON report.
+//! - [`db_time`]: a self-hosted run's database time by statement.
 //! - [`commands`]: the binary's commands as functions (tests call them).
 //!
 //! The binary (`src/main.rs`) is the command line; `loadtest/README.md`
@@ -30,6 +31,7 @@
 
 pub mod commands;
 pub mod data;
+pub mod db_time;
 pub mod mcp;
 pub mod report;
 pub mod run;

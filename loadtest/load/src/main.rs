@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use mneme_bench::harness::parse_setting;
 use mneme_bench::report::write_json;
 use mneme_loadtest::commands::{RunOptions, TargetChoice, run_load, seed_tenants};
+use mneme_loadtest::db_time;
 use mneme_loadtest::mcp::Lifecycle;
 use mneme_loadtest::report::table;
 use mneme_loadtest::run::{Load, Plan};
@@ -19,6 +20,9 @@ use mneme_loadtest::seed::{MAX_BATCH, SeedOptions};
 use mneme_loadtest::self_hosted::SelfHostedOptions;
 use mneme_loadtest::target::{Target, check_loopback, read_keys_file};
 use mneme_loadtest::upstream;
+
+/// Statement sites listed under a self-hosted report (all are in the JSON).
+const DB_SITES_SHOWN: usize = 12;
 
 /// Load on mneme over MCP Streamable HTTP: many virtual clients of several
 /// tenants, open or closed loop, throughput and latency percentiles.
@@ -299,6 +303,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             };
             let report = run_load(options).await?;
             println!("{}", table(&report));
+            print!("{}", db_time::table(&report.database, DB_SITES_SHOWN));
             if let Some(path) = &json {
                 write_json(path, &report)?;
                 eprintln!("wrote {}", path.display());
@@ -353,6 +358,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             for (code, message) in &report.rejection_examples {
                 println!("  rejected ({code}): {message}");
             }
+            print!("{}", db_time::table(&report.database, DB_SITES_SHOWN));
             if let Some(path) = &json {
                 write_json(path, &report)?;
                 eprintln!("wrote {}", path.display());

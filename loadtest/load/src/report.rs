@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use mneme_bench::harness::Environment;
 use serde::Serialize;
 
+use crate::db_time::StatementTime;
 use crate::run::{Load, Measured, Plan};
 use crate::stats::OperationSummary;
 
@@ -77,6 +78,10 @@ pub struct RunReport {
     pub warmup_errors: u64,
     pub total: OperationSummary,
     pub operations: BTreeMap<String, OperationSummary>,
+    /// Self-hosted: the database time of the run (warm-up included) by
+    /// statement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub database: Vec<StatementTime>,
 }
 
 impl RunReport {
@@ -103,6 +108,7 @@ impl RunReport {
                 .iter()
                 .map(|(name, stats)| ((*name).to_owned(), stats.summary(seconds, surfacing)))
                 .collect(),
+            database: Vec::new(),
         }
     }
 }

@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::data::{self, SplitMix64};
+use crate::db_time::StatementTime;
 use crate::mcp::{self, Client, Failure, Lifecycle};
 use crate::scenario::connect_all;
 use crate::stats::{LatencySummary, OperationStats};
@@ -70,6 +71,9 @@ pub struct SeedReport {
     /// Round trips of the `batch_remember` calls.
     pub batch_latency_ms: LatencySummary,
     pub keys: Vec<KeySeed>,
+    /// Self-hosted: the database time of the seeding by statement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub database: Vec<StatementTime>,
 }
 
 /// One key's share.
@@ -185,6 +189,7 @@ pub async fn seed(target: &Target, options: &SeedOptions) -> anyhow::Result<Seed
                 ..KeySeed::default()
             })
             .collect(),
+        database: Vec::new(),
     };
     for (batch, outcome) in firsts.iter().chain(&others) {
         let key = &mut report.keys[batch.key];
