@@ -34,15 +34,8 @@ impl Snapshot {
                 continue;
             }
             for metric in family.get_metric() {
-                let label = |name: &str| {
-                    metric
-                        .get_label()
-                        .iter()
-                        .find(|l| l.name() == name)
-                        .map(|l| l.value().to_owned())
-                        .unwrap_or_default()
-                };
-                let mut site = label("statement");
+                let label = |name: &str| mneme_telemetry::metrics::label(metric, name);
+                let mut site = label("statement").to_owned();
                 if label("outcome") != "ok" {
                     site.push_str(" error");
                 }

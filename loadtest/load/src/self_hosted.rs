@@ -144,10 +144,13 @@ impl SelfHosted {
     }
 
     /// Waits until every tenant's memories have their embedding, so recall
-    /// searches the whole store by meaning from the first request.
+    /// searches the whole store by meaning from the first request, then
+    /// refreshes the planner's statistics (see `Bench::analyze`).
     pub async fn wait_for_embeddings(&self, timeout: Duration) -> anyhow::Result<()> {
         let ids: Vec<Uuid> = self.tenants.iter().map(|t| t.id).collect();
-        self.bench.wait_for_embeddings(&ids, timeout).await
+        self.bench.wait_for_embeddings(&ids, timeout).await?;
+        // A seeded stack is planned as a loaded one would be in production.
+        self.bench.analyze().await
     }
 
     /// Stops the stack; its database is dropped.

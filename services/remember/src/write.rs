@@ -460,54 +460,51 @@ impl RememberServer {
         // it, so the run before it is flushed first and it goes alone.
         let mut run: Vec<(usize, Write)> = Vec::new();
         for (index, mut write) in writes {
-            if !(assign_cases && needs_case_resolution(&write)) {
-                run.push((index, write));
-                if run.len() == ROWS_PER_INSERT {
-                    self.insert_run(
-                        tx,
-                        principal,
-                        std::mem::take(&mut run),
-                        &mut stored,
-                        &mut created,
-                    )
-                    .await?;
-                    on_stored(stored.len());
-                }
-                continue;
-            }
-            if !run.is_empty() {
+            let alone = assign_cases && needs_case_resolution(&write);
+            if alone || run.len() == ROWS_PER_INSERT {
+                let full = std::mem::take(&mut run);
                 self.insert_run(
                     tx,
                     principal,
-                    std::mem::take(&mut run),
+                    full,
                     &mut stored,
                     &mut created,
+                    &mut on_stored,
                 )
                 .await?;
-                on_stored(stored.len());
             }
-            self.resolve_case(tx, principal, &mut write).await?;
-            self.insert_run(
-                tx,
-                principal,
-                vec![(index, write)],
-                &mut stored,
-                &mut created,
-            )
-            .await?;
-            on_stored(stored.len());
-        }
-        if !run.is_empty() {
-            self.insert_run(tx, principal, run, &mut stored, &mut created)
+            if alone {
+                self.resolve_case(tx, principal, &mut write).await?;
+                let single = vec![(index, write)];
+                self.insert_run(
+                    tx,
+                    principal,
+                    single,
+                    &mut stored,
+                    &mut created,
+                    &mut on_stored,
+                )
                 .await?;
-            on_stored(stored.len());
+            } else {
+                run.push((index, write));
+            }
         }
+        self.insert_run(
+            tx,
+            principal,
+            run,
+            &mut stored,
+            &mut created,
+            &mut on_stored,
+        )
+        .await?;
         Ok((stored, created))
     }
 
     /// Inserts `run` (one statement for the lot when there are several),
-    /// then what each new fragment entails. Writes that hit a unique
-    /// constraint are resolved one by one, as a replay or a duplicate.
+    /// then what each new fragment entails, and reports the running count
+    /// to `on_stored`. Writes that hit a unique constraint are resolved one
+    /// by one, as a replay or a duplicate. An empty run does nothing.
     async fn insert_run(
         &self,
         tx: &TenantTx<'_>,
@@ -515,7 +512,11 @@ impl RememberServer {
         run: Vec<(usize, Write)>,
         stored: &mut Vec<Stored>,
         created: &mut Vec<(Uuid, Write)>,
+        on_stored: &mut impl FnMut(usize),
     ) -> Result<()> {
+        if run.is_empty() {
+            return Ok(());
+        }
         fn author<'w>(principal: &Principal, write: &'w Write) -> Author<'w> {
             Author {
                 key_id: principal.key_id,
@@ -549,6 +550,7 @@ impl RememberServer {
                 created.push((written.id, write));
             }
         }
+        on_stored(stored.len());
         Ok(())
     }
 

@@ -648,14 +648,8 @@ fn snapshot() -> Snapshot {
             }
             "mneme_tool_call_seconds" => {
                 for metric in family.get_metric() {
-                    let label = |name: &str| {
-                        metric
-                            .get_label()
-                            .iter()
-                            .find(|l| l.name() == name)
-                            .map(|l| l.value().to_owned())
-                            .unwrap_or_default()
-                    };
+                    let label =
+                        |name: &str| mneme_telemetry::metrics::label(metric, name).to_owned();
                     let histogram = metric.get_histogram();
                     let entry = snapshot.tools.entry(label("tool")).or_default();
                     entry.0.add(histogram);

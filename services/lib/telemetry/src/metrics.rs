@@ -60,6 +60,16 @@ pub fn register<C: prometheus::core::Collector + Clone + 'static>(collector: C) 
     collector
 }
 
+/// The value of label `name` of a gathered metric ("" when it has none),
+/// for code that reads this process's own metrics back.
+pub fn label<'m>(metric: &'m prometheus::proto::Metric, name: &str) -> &'m str {
+    metric
+        .get_label()
+        .iter()
+        .find(|l| l.name() == name)
+        .map_or("", |l| l.value())
+}
+
 /// All metrics in the Prometheus text exposition format.
 pub fn render() -> String {
     let mut out = Vec::new();
