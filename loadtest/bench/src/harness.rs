@@ -21,6 +21,10 @@ pub struct Bench {
     pub settings: Vec<(String, String)>,
 }
 
+/// How often [`Bench::spawn_autoanalyze`] looks for tables to analyse
+/// (autovacuum's default naptime).
+pub const AUTOANALYZE_NAPTIME: Duration = Duration::from_secs(60);
+
 /// Per-key request and write limits lifted for every benchmark (a
 /// `--setting` of the same name wins).
 const UNLIMITED_KEY: &[(&str, &str)] = &[
@@ -132,6 +136,46 @@ impl Bench {
             .batch_execute("ANALYZE mneme.fragments")
             .await
             .context("analysing mneme.fragments")
+    }
+
+    /// Analyses the schema's tables in the background as autovacuum would,
+    /// when the server runs without it: every [`AUTOANALYZE_NAPTIME`], each
+    /// table changed by more than 50 rows + 10 % since it was last analysed
+    /// (PostgreSQL's default thresholds). Seeding a tenant from empty is
+    /// then planned on statistics that follow it, as in production, rather
+    /// than on a partition believed empty (see [`Self::analyze`]). `None`
+    /// where autovacuum is on. The task ends when the handle is aborted.
+    pub async fn spawn_autoanalyze(&self) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+        let client = self.stack.db.owner_client().await;
+        let autovacuum: String = client
+            .query_one("SELECT current_setting('autovacuum')", &[])
+            .await
+            .context("reading the autovacuum setting")?
+            .get(0);
+        if autovacuum == "on" {
+            return Ok(None);
+        }
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(AUTOANALYZE_NAPTIME).await;
+                let due = client
+                    .query(
+                        "SELECT format('%I.%I', s.schemaname, s.relname)
+                           FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+                          WHERE s.schemaname = 'mneme'
+                            AND s.n_mod_since_analyze > 50 + 0.1 * greatest(c.reltuples, 0)",
+                        &[],
+                    )
+                    .await;
+                let Ok(due) = due else { return };
+                for table in due {
+                    let table: String = table.get(0);
+                    if let Err(error) = client.batch_execute(&format!("ANALYZE {table}")).await {
+                        eprintln!("background ANALYZE of {table} failed: {error}");
+                    }
+                }
+            }
+        })))
     }
 
     /// The model id and dimension stored with `tenant`'s vectors, as the

@@ -67,6 +67,8 @@ impl std::fmt::Debug for HostedTenant {
 pub struct SelfHosted {
     bench: Bench,
     pub tenants: Vec<HostedTenant>,
+    /// Autovacuum's analyses, where the server runs without it.
+    autoanalyze: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl SelfHosted {
@@ -96,7 +98,12 @@ impl SelfHosted {
                 api_key: tenant.api_key,
             });
         }
-        Ok(Self { bench, tenants })
+        let autoanalyze = bench.spawn_autoanalyze().await?;
+        Ok(Self {
+            bench,
+            tenants,
+            autoanalyze,
+        })
     }
 
     /// The stack's MCP endpoint and one key per tenant.
@@ -155,6 +162,9 @@ impl SelfHosted {
 
     /// Stops the stack; its database is dropped.
     pub async fn shutdown(self) -> anyhow::Result<()> {
+        if let Some(task) = &self.autoanalyze {
+            task.abort();
+        }
         self.bench.shutdown().await
     }
 }

@@ -5,6 +5,8 @@
 //! `mneme_core::fragment::prepare` and writing through `mneme_store`;
 //! [`run`] wires configuration, PostgreSQL, Redis and the gRPC server.
 //! - `write`: remember and batch_remember (quota, cases, links, conflicts);
+//! - `auto_links`: the links mneme adds to new fragments after a write, and
+//!   their per-process bounds;
 //! - `edit`: forget, amend and link;
 //! - `reflect`: a session summary as fragments, an episode and a milestone;
 //! - `feedback`: tool feedback and what it teaches (activation, link weights);
@@ -20,6 +22,7 @@
 //! full text and keywords.
 #![forbid(unsafe_code)]
 
+mod auto_links;
 pub mod auto_reflect;
 mod consolidate;
 mod edit;
@@ -61,8 +64,8 @@ pub struct RememberServer {
     /// clients and their breakers outlive a single call.
     consolidator: Consolidator,
     tokenizer: Arc<Tokenizer>,
-    /// Slots for writes whose automatic links are being computed.
-    linking: Arc<tokio::sync::Semaphore>,
+    /// Bounds on the automatic links of new fragments.
+    auto_link_slots: auto_links::AutoLinkSlots,
 }
 
 impl RememberServer {
@@ -73,7 +76,7 @@ impl RememberServer {
             consolidator: Consolidator::new(store.clone(), Config::defaults().consolidation),
             store,
             tokenizer: Arc::new(Tokenizer::default()),
-            linking: Arc::new(tokio::sync::Semaphore::new(write::LINKING_WRITES)),
+            auto_link_slots: auto_links::AutoLinkSlots::default(),
         }
     }
 

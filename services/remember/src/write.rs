@@ -15,26 +15,23 @@ use mneme_proto::v1::{
     ErrorDetail, Quota, RememberRequest, RememberResponse, WriteOutcome,
 };
 use mneme_store::fragments::{self, Author, SearchScope};
-use mneme_store::links::{self, Edge};
+use mneme_store::links;
 use mneme_store::{TenantTx, api_keys, cases};
 use uuid::Uuid;
 
 use crate::RememberServer;
 
-/// Writes whose automatic links are computed at once, per process (see
-/// `spawn_auto_links`).
-pub(crate) const LINKING_WRITES: usize = 2;
 /// Most fragments stored by one bulk insert; a batch reports progress after
 /// each. A few statements per insert, against one per fragment before.
 const ROWS_PER_INSERT: usize = 50;
 /// Cached quota counts are rebuilt exactly at least this often.
 const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
 /// Conflict candidates examined per remember.
-const CONFLICT_CANDIDATES: i64 = 5;
+pub(crate) const CONFLICT_CANDIDATES: i64 = 5;
 /// Conflicts reported per remember.
 const MAX_CONFLICTS: usize = 3;
 /// Distinctive terms whose pairs select conflict and link candidates.
-const DISTINCTIVE_TERMS: usize = 4;
+pub(crate) const DISTINCTIVE_TERMS: usize = 4;
 
 /// A validated request with everything resolved.
 pub(crate) struct Write {
@@ -80,7 +77,7 @@ fn case_event_type(fragment_type: FragmentType) -> Option<&'static str> {
 }
 
 /// Share of `a` also in `b`.
-fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
+pub(crate) fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
     if a.is_empty() {
         return 0.0;
     }
@@ -336,110 +333,6 @@ impl RememberServer {
         Ok((created, superseded, warnings))
     }
 
-    /// Links mneme adds on its own to new fragments: `temporal` to the
-    /// nearest fragments of the same key, agent and topic, and `related` to
-    /// fragments of the key sharing most keywords. Optional enrichment, so it
-    /// runs after the commit, off the request path, in a transaction of its
-    /// own; a failure is logged and loses nothing that was acknowledged.
-    ///
-    /// A whole write's links take three statements however many fragments
-    /// it created (the keyword lookups pipelined on one connection). At
-    /// most [`LINKING_WRITES`] writes are linked at once per process; a
-    /// writer beyond that waits here for a slot, so link work cannot pile up
-    /// behind a stream of batches and starve the writes themselves.
-    async fn spawn_auto_links(&self, principal: &Principal, created: Vec<(Uuid, Write)>) {
-        let hours = self.settings.temporal_link_hours;
-        let temporal = hours > 0.0 && self.settings.temporal_link_max > 0;
-        if created.is_empty() || !(temporal || self.settings.proactive_links) {
-            return;
-        }
-        let Ok(slot) = self.linking.clone().acquire_owned().await else {
-            return;
-        };
-        let server = self.clone();
-        let principal = principal.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let result: Result<()> = async {
-                let mut client = server.store.client().await?;
-                let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-                let mut edges: Vec<Edge> = Vec::new();
-                if temporal {
-                    let ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
-                    let max = server.settings.temporal_link_max as i64;
-                    let near =
-                        fragments::temporal_neighbors(&tx, principal.key_id, &ids, hours, max)
-                            .await?;
-                    edges.extend(near.into_iter().map(|(from_id, to_id, apart)| Edge {
-                        from_id,
-                        to_id,
-                        relation_type: "temporal".to_owned(),
-                        weight: (1.0 - apart / hours).max(0.3) as f32,
-                    }));
-                }
-                if server.settings.proactive_links {
-                    let related =
-                        futures::future::try_join_all(created.iter().map(|(id, write)| {
-                            server.proactive_candidates(&tx, &principal, write, *id)
-                        }))
-                        .await?;
-                    for ((from, _), targets) in created.iter().zip(related) {
-                        edges.extend(targets.into_iter().map(|to_id| Edge {
-                            from_id: *from,
-                            to_id,
-                            relation_type: "related".to_owned(),
-                            weight: 0.5,
-                        }));
-                    }
-                }
-                links::upsert_edges(&tx, &[principal.key_id], &edges).await?;
-                tx.commit().await?;
-                Ok(())
-            }
-            .await;
-            if let Err(error) = result {
-                tracing::warn!(%error, "automatic links were not created");
-            }
-        });
-    }
-
-    /// Fragments of the same key carrying most of the new fragment's
-    /// keywords, to link as `related` (ProactiveRecall in the reference).
-    async fn proactive_candidates(
-        &self,
-        tx: &TenantTx<'_>,
-        principal: &Principal,
-        write: &Write,
-        id: Uuid,
-    ) -> Result<Vec<Uuid>> {
-        let keywords = write.fragment.keywords.join(" ");
-        let Some(tsquery) = self
-            .tokenizer
-            .shared_pairs_query(&keywords, DISTINCTIVE_TERMS)
-        else {
-            return Ok(Vec::new());
-        };
-        let own = [principal.key_id];
-        let scope = SearchScope {
-            key_ids: &own,
-            agent_id: &write.agent_id,
-            workspace: write.fragment.workspace.as_deref(),
-            ..SearchScope::default()
-        };
-        let mine: HashSet<&str> = write.fragment.keywords.iter().map(String::as_str).collect();
-        let neighbors =
-            fragments::lexical_neighbors(tx, &scope, &tsquery, Some(id), CONFLICT_CANDIDATES)
-                .await?;
-        Ok(neighbors
-            .into_iter()
-            .filter(|n| {
-                let theirs: HashSet<&str> = n.keywords.iter().map(String::as_str).collect();
-                overlap(&mine, &theirs) >= self.settings.proactive_link_overlap
-            })
-            .map(|n| n.id)
-            .collect())
-    }
-
     /// Inserts validated fragments in `tx`, in order, each with what its
     /// creation entails (links, supersession, case event). `assign_cases`
     /// lets errors and fixes of a session open and join cases. `on_stored`
@@ -569,7 +462,7 @@ impl RememberServer {
                 .await;
             self.cache.wake_embedding_worker(&tenant).await;
         }
-        self.spawn_auto_links(principal, new_fragments).await;
+        self.link_automatically(principal, new_fragments).await;
     }
 
     /// Stores a session-scoped fragment in the session's working memory.

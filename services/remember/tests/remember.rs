@@ -390,6 +390,70 @@ mod write_path {
         assert_eq!(h.scalar(&temporal(&new.id, &old.id)).await, 0);
     }
 
+    #[tokio::test]
+    async fn a_single_remember_never_waits_for_the_links_of_batches() {
+        let h = harness().await;
+        let batch = |tag: &str| mneme_proto::v1::BatchRememberRequest {
+            items: (0..3)
+                .map(|i| kind(&format!("Import {tag} row {i} landed."), "fact", "imports"))
+                .collect(),
+            ..Default::default()
+        };
+        // Link work that cannot finish: every link upsert waits on this lock.
+        let mut owner = h.db.owner_client().await;
+        let lock = owner.transaction().await.unwrap();
+        lock.batch_execute("LOCK TABLE mneme.fragment_links IN EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        let who = h.who(None);
+        let patience = std::time::Duration::from_secs(10);
+        for tag in ["a", "b"] {
+            tokio::time::timeout(patience, h.server.batch_remember(&who, batch(tag), |_| {}))
+                .await
+                .expect("a batch is acknowledged while a linking slot is free")
+                .unwrap();
+        }
+        // Both slots are taken: a third batch waits for one (backpressure)...
+        let third = h.server.batch_remember(&who, batch("c"), |_| {});
+        tokio::pin!(third);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(500), &mut third)
+                .await
+                .is_err(),
+            "a batch was acknowledged with both linking slots taken"
+        );
+        // ...and a single remember is acknowledged all the same (well before
+        // the blocked link statements time out and free their slots).
+        let single = tokio::time::timeout(
+            std::time::Duration::from_secs(3),
+            h.remember(None, kind("Import d landed alone.", "fact", "imports")),
+        )
+        .await
+        .expect("a single remember waited for a linking slot");
+        lock.rollback().await.unwrap();
+        tokio::time::timeout(patience, third)
+            .await
+            .expect("the third batch got its slot")
+            .unwrap();
+        // The single write's links were queued, not dropped.
+        let deadline = std::time::Instant::now() + patience;
+        while h
+            .scalar(&format!(
+                "SELECT count(*) FROM mneme.fragment_links
+                  WHERE from_id = '{}' AND relation_type = 'temporal'",
+                single.id
+            ))
+            .await
+            == 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the single write's links never appeared"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     async fn set_limit(h: &Harness, limit: Option<i32>) {
         let mut client = h.db.store().client().await.unwrap();
         let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
