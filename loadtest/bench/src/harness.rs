@@ -167,7 +167,15 @@ impl Bench {
                         &[],
                     )
                     .await;
-                let Ok(due) = due else { return };
+                let due = match due {
+                    Ok(due) => due,
+                    Err(error) => {
+                        eprintln!(
+                            "background analysis stopped: listing changed tables failed: {error}"
+                        );
+                        return;
+                    }
+                };
                 for table in due {
                     let table: String = table.get(0);
                     if let Err(error) = client.batch_execute(&format!("ANALYZE {table}")).await {

@@ -82,9 +82,7 @@ impl RememberServer {
         principal: &Principal,
         created: Vec<(Uuid, Write)>,
     ) {
-        let hours = self.settings.temporal_link_hours;
-        let temporal = hours > 0.0 && self.settings.temporal_link_max > 0;
-        if created.is_empty() || !(temporal || self.settings.proactive_links) {
+        if created.is_empty() || !(self.temporal_links_on() || self.settings.proactive_links) {
             return;
         }
         let slots = &self.auto_link_slots;
@@ -107,6 +105,8 @@ impl RememberServer {
         tokio::spawn(async move {
             let _slot = match place {
                 Place::Running(slot) => slot,
+                // The queue place is held until a running slot is won, so
+                // the queue bound counts writes waiting here too.
                 Place::Queued(_queued) => {
                     match server.auto_link_slots.running.clone().acquire_owned().await {
                         Ok(slot) => slot,
@@ -120,6 +120,10 @@ impl RememberServer {
         });
     }
 
+    fn temporal_links_on(&self) -> bool {
+        self.settings.temporal_link_hours > 0.0 && self.settings.temporal_link_max > 0
+    }
+
     async fn store_auto_links(
         &self,
         principal: &Principal,
@@ -129,7 +133,7 @@ impl RememberServer {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         let mut edges: Vec<Edge> = Vec::new();
-        if hours > 0.0 && self.settings.temporal_link_max > 0 {
+        if self.temporal_links_on() {
             let ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
             let max = self.settings.temporal_link_max as i64;
             let near =

@@ -307,7 +307,7 @@ pub(crate) async fn reflect_session(
 pub(crate) async fn session_reflections(State(app): State<App>, scope: InTenant) -> Reply {
     let mut db = app.store.client().await?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
-    let reflections = mneme_store::session_reflections::recent(&tx, None, 50).await?;
+    let reflections = mneme_store::session_reflections::recent(&tx, 50).await?;
     json(json!({
         "reflections": reflections.iter().map(|r| json!({
             "sessionId": r.session_id,

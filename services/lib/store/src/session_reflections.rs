@@ -149,22 +149,17 @@ pub async fn settled(
     Ok(row.is_some())
 }
 
-/// The tenant's reflections, newest first; `session_id` narrows to one
-/// session.
-pub async fn recent(
-    tx: &TenantTx<'_>,
-    session_id: Option<&str>,
-    limit: i64,
-) -> Result<Vec<Reflection>> {
+/// The tenant's newest reflections.
+pub async fn recent(tx: &TenantTx<'_>, limit: i64) -> Result<Vec<Reflection>> {
     let rows = tx
         .query(
             "SELECT session_id, key_id, activity_until, state, reason, calls, fragments,
                     episode_id, attempts, claimed_at, finished_at
                FROM mneme.session_reflections
-              WHERE tenant_id = $1 AND ($2::text IS NULL OR session_id = $2)
+              WHERE tenant_id = $1
               ORDER BY claimed_at DESC, session_id
-              LIMIT $3",
-            &[&tx.tenant_id(), &session_id, &limit],
+              LIMIT $2",
+            &[&tx.tenant_id(), &limit],
         )
         .await?;
     Ok(rows
