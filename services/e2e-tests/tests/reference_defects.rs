@@ -1176,7 +1176,8 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
 /// as a use of the memories it compares against, nor as a search.
 #[tokio::test]
 async fn remember_leaves_other_memories_usage_and_the_search_log_untouched() {
-    let stack = Stack::start("hash", &[]).await;
+    // Accesses are flushed every 50 ms, so the wait below would see them.
+    let stack = Stack::start("hash", &[("MNEME_RECALL_ACCESS_FLUSH_MS", "50")]).await;
     let acme = create_tenant(&stack.db.store(), "acme", ALL_PERMISSIONS).await;
     let mcp = stack.mcp(&acme.api_key).await;
     let signed = remember(

@@ -5,6 +5,7 @@
 //! - [`RecallServer`]: the service; [`run`] wires configuration, PostgreSQL,
 //!   Redis, the embedder and the gRPC server.
 //! - `query`: validation, filters, pagination cursor.
+//! - `access`: access statistics of recalled fragments, written in batches.
 //! - `search` (in this file): the layers inside one tenant transaction.
 //! - `rank`: scoring, pages, explanations, hints (pure).
 //! - `enrich`: links, surrounding context and cases of a page.
@@ -14,6 +15,8 @@
 //! - `spread`: spreading activation from the agent's current context.
 //! - `symbolic`: explanations and the case filter of the symbolic layer.
 //! - `surface`: candidates for active surfacing, with calibrated relevance.
+//! - `term_stats`: sampled term frequencies that keep the full-text layer
+//!   selective on large key sets.
 //!
 //! One recall, inside a single tenant transaction:
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
@@ -29,10 +32,11 @@
 //!
 //! Every failure of an optional part (Redis, the embedder) degrades the
 //! result instead of failing it: without a query vector, recall still
-//! answers from full text and keywords. Access statistics are written after
-//! the answer, off the request path.
+//! answers from full text and keywords. Access statistics are gathered
+//! after the answer and written in batches, off the request path.
 #![forbid(unsafe_code)]
 
+mod access;
 mod context;
 mod enrich;
 mod explore;
@@ -42,6 +46,7 @@ mod rerank;
 mod spread;
 mod surface;
 mod symbolic;
+mod term_stats;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -73,9 +78,11 @@ use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
+use crate::access::AccessRecorder;
 use crate::query::Query;
 use crate::rank::Candidate;
 use crate::rerank::Reranker;
+use crate::term_stats::TermStatistics;
 
 /// How much one co-retrieval strengthens a link.
 const CO_RETRIEVAL_STEP: f32 = 0.2;
@@ -90,6 +97,9 @@ pub struct RecallServer {
     embedder: Arc<dyn Embedder>,
     tokenizer: Arc<Tokenizer>,
     reranker: Option<Arc<Reranker>>,
+    /// `None` when access tracking is off.
+    accesses: Option<AccessRecorder>,
+    term_stats: TermStatistics,
     settings: Arc<RecallConfig>,
     /// How stored fragments were put into words for their vectors (the
     /// surfacing calibration depends on it).
@@ -117,12 +127,17 @@ impl RecallServer {
                 .ok()
                 .map(Arc::new)
         });
+        let accesses = settings
+            .track_access
+            .then(|| AccessRecorder::spawn(store.clone(), settings.access_flush));
         Self {
             store,
             cache,
             embedder,
             tokenizer: Arc::new(Tokenizer::default()),
             reranker,
+            accesses,
+            term_stats: TermStatistics::new(&settings),
             settings: Arc::new(settings),
             passage_recipe: PassageRecipe::from_config(&mneme_config::Config::defaults().embedding),
         }
@@ -363,21 +378,22 @@ impl RecallServer {
 
         let lexical = async {
             let fulltext = async {
-                match &query.tsquery {
-                    Some(q) => fragments::fulltext_search(tx, &scope, q, limit)
-                        .await
-                        .map(Some),
-                    None => Ok(None),
-                }
+                let Some(q) = self
+                    .term_stats
+                    .query(tx, &query.key_ids, &query.lexemes)
+                    .await?
+                else {
+                    return Ok::<_, mneme_core::Error>(None);
+                };
+                let hits = fragments::fulltext_search(tx, &scope, &q.filter, &q.rank, limit);
+                Ok(Some(hits.await?))
             };
             let keyword = async {
                 if query.keywords.is_empty() {
-                    Ok(None)
-                } else {
-                    fragments::keyword_search(tx, &scope, &query.keywords, limit)
-                        .await
-                        .map(Some)
+                    return Ok::<_, mneme_core::Error>(None);
                 }
+                let hits = fragments::keyword_search(tx, &scope, &query.keywords, limit);
+                Ok(Some(hits.await?))
             };
             tokio::try_join!(fulltext, keyword)
         };
@@ -484,31 +500,30 @@ impl RecallServer {
     /// `link_co_retrieved`: the results were recalled together in a session,
     /// on a single page.
     fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, link_co_retrieved: bool) {
-        let track = self.settings.track_access;
-        let co_retrieval =
-            self.settings.co_retrieval_links && link_co_retrieved && returned.len() > 1;
-        if returned.is_empty() || !(track || co_retrieval) {
+        if returned.is_empty() {
             return;
         }
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            let result: Result<(), mneme_store::StoreError> = async {
-                let mut client = store.client().await?;
-                let tx = TenantTx::begin(&mut client, tenant_id).await?;
-                if track {
-                    fragments::record_access(&tx, &returned).await?;
-                }
-                if co_retrieval {
-                    let top: Vec<Uuid> = returned.iter().take(CO_RETRIEVAL_TOP).copied().collect();
+        let co_retrieval =
+            self.settings.co_retrieval_links && link_co_retrieved && returned.len() > 1;
+        if co_retrieval {
+            let top: Vec<Uuid> = returned.iter().take(CO_RETRIEVAL_TOP).copied().collect();
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                let result: Result<(), mneme_store::StoreError> = async {
+                    let mut client = store.client().await?;
+                    let tx = TenantTx::begin(&mut client, tenant_id).await?;
                     links::strengthen_co_retrieval(&tx, &top, CO_RETRIEVAL_STEP).await?;
+                    tx.commit().await
                 }
-                tx.commit().await
-            }
-            .await;
-            if let Err(error) = result {
-                tracing::warn!(%error, "recording recall access failed");
-            }
-        });
+                .await;
+                if let Err(error) = result {
+                    tracing::warn!(%error, "strengthening co-retrieval links failed");
+                }
+            });
+        }
+        if let Some(accesses) = &self.accesses {
+            accesses.record(tenant_id, returned);
+        }
     }
 }
 

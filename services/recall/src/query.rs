@@ -36,7 +36,8 @@ pub(crate) struct Query {
     pub(crate) text: Option<String>,
     /// The keywords the request names (exact matches of stored keywords).
     pub(crate) keywords: Vec<String>,
-    pub(crate) tsquery: Option<String>,
+    /// The distinct search terms of `text`.
+    pub(crate) lexemes: Vec<String>,
     pub(crate) key_ids: Vec<Uuid>,
     pub(crate) agent_id: String,
     pub(crate) session_id: Option<String>,
@@ -195,7 +196,10 @@ impl Query {
             returned: Vec::new(),
             snapshot: now,
             digest: String::new(),
-            tsquery: text.as_deref().and_then(|t| tokenizer.tsquery_literal(t)),
+            lexemes: text
+                .as_deref()
+                .map(|t| tokenizer.query_lexemes(t))
+                .unwrap_or_default(),
             text,
             keywords,
             key_ids: principal.readable_key_ids(),

@@ -239,8 +239,8 @@ impl RecallServer {
 
         let model = self.embedder.model_id();
         let calibration = Calibration::for_vectors(model, self.passage_recipe);
-        let tsquery = self.tokenizer.tsquery_literal(query);
-        let query_lexemes: HashSet<String> = self.tokenizer.lexemes(query).into_iter().collect();
+        let lexemes = self.tokenizer.query_lexemes(query);
+        let query_lexemes: HashSet<String> = lexemes.iter().cloned().collect();
 
         // The embedding (usually a Redis hit) while a connection is taken;
         // then demotion and the layers pipelined on it.
@@ -260,7 +260,7 @@ impl RecallServer {
             }
             Ok(surfacing::demoted(&tx, principal.key_id, i64::from(request.demote_after)).await?)
         };
-        let found = self.surface_candidates(&tx, &scope, embedding.as_ref(), tsquery.as_deref());
+        let found = self.surface_candidates(&tx, &scope, embedding.as_ref(), &lexemes);
         let (demoted, found) = tokio::try_join!(demoted, found)?;
         let demoted: HashSet<Uuid> = demoted.into_iter().collect();
         let ids: Vec<Uuid> = found
@@ -343,23 +343,21 @@ impl RecallServer {
         tx: &TenantTx<'_>,
         scope: &SearchScope<'_>,
         embedding: Option<&Vector>,
-        tsquery: Option<&str>,
+        lexemes: &[String],
     ) -> Result<Vec<Uuid>> {
         let model = self.embedder.model_id();
         let ef_search = self.settings.hnsw_ef_search;
         let vector = async {
-            match embedding {
-                Some(e) => {
-                    fragments::vector_search(tx, scope, e, model, ef_search, PER_LAYER).await
-                }
-                None => Ok(Vec::new()),
-            }
+            let Some(e) = embedding else {
+                return Ok::<_, mneme_core::Error>(Vec::new());
+            };
+            Ok(fragments::vector_search(tx, scope, e, model, ef_search, PER_LAYER).await?)
         };
         let fulltext = async {
-            match tsquery {
-                Some(q) => fragments::fulltext_search(tx, scope, q, PER_LAYER).await,
-                None => Ok(Vec::new()),
-            }
+            let Some(q) = self.term_stats.query(tx, scope.key_ids, lexemes).await? else {
+                return Ok(Vec::new());
+            };
+            Ok(fragments::fulltext_search(tx, scope, &q.filter, &q.rank, PER_LAYER).await?)
         };
         let (vector, fulltext) = tokio::try_join!(vector, fulltext)?;
         let mut seen = HashSet::new();

@@ -633,6 +633,10 @@ impl GatewayConfig {
 pub struct RecallConfig {
     pub grpc_addr: SocketAddr,
     pub candidates_per_layer: usize,
+    /// 0: the full-text layer always matches any query term.
+    pub fulltext_read_budget: usize,
+    pub term_sample_size: usize,
+    pub term_sample_ttl: Duration,
     pub rrf_k: f64,
     pub weights: ScoreWeights,
     pub default_limit: usize,
@@ -646,6 +650,7 @@ pub struct RecallConfig {
     pub graph_weight: f64,
     pub graph_seeds: usize,
     pub track_access: bool,
+    pub access_flush: Duration,
     pub co_retrieval_links: bool,
     /// Explanations and the case filter of the symbolic layer.
     pub symbolic: SymbolicConfig,
@@ -1071,6 +1076,11 @@ impl Config {
         let recall = RecallConfig {
             grpc_addr: r.value_or(settings::RECALL_GRPC_ADDR, ([127, 0, 0, 1], 50051).into()),
             candidates_per_layer: r.positive(settings::RECALL_CANDIDATES),
+            fulltext_read_budget: r.value(settings::RECALL_FULLTEXT_READ_BUDGET),
+            term_sample_size: r.positive(settings::RECALL_TERM_SAMPLE_SIZE),
+            term_sample_ttl: Duration::from_secs(
+                r.positive(settings::RECALL_TERM_SAMPLE_TTL_SECS) as u64
+            ),
             rrf_k: r.value(settings::RECALL_RRF_K),
             weights,
             default_limit: r.positive(settings::RECALL_DEFAULT_LIMIT),
@@ -1086,6 +1096,7 @@ impl Config {
             graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
             track_access: r.flag(settings::RECALL_TRACK_ACCESS),
+            access_flush: Duration::from_millis(r.positive(settings::RECALL_ACCESS_FLUSH_MS) as u64),
             co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
             symbolic: symbolic.clone(),
             reranker: None,

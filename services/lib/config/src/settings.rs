@@ -166,6 +166,12 @@ settings! {
             "Address the recall service listens on for gRPC.";
         RECALL_CANDIDATES = "MNEME_RECALL_CANDIDATES", Some("30"),
             "Candidates each search layer (vector, full-text, keyword) contributes to the fusion.";
+        RECALL_FULLTEXT_READ_BUDGET = "MNEME_RECALL_FULLTEXT_READ_BUDGET", Some("5000"),
+            "Rows the full-text layer may expect to read per recall. On key sets larger than this, query terms so common that matching them would exceed it are left out of the match (they still rank the matches); when every term is that common, matches must contain all of them. 0 always matches any term.";
+        RECALL_TERM_SAMPLE_SIZE = "MNEME_RECALL_TERM_SAMPLE_SIZE", Some("2000"),
+            "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET`).";
+        RECALL_TERM_SAMPLE_TTL_SECS = "MNEME_RECALL_TERM_SAMPLE_TTL_SECS", Some("600"),
+            "How long a recall process reuses a key set's term sample before taking it again.";
         RECALL_RRF_K = "MNEME_RECALL_RRF_K", Some("60"),
             "The k of Reciprocal Rank Fusion: larger values flatten the advantage of top ranks.";
         RECALL_WEIGHT_RELEVANCE = "MNEME_RECALL_WEIGHT_RELEVANCE", Some("0.75"),
@@ -194,6 +200,8 @@ settings! {
             "How many top hits of the direct layers seed the graph layer.";
         RECALL_TRACK_ACCESS = "MNEME_RECALL_TRACK_ACCESS", Some("true"),
             "Count accesses of recalled fragments (access count, last access, activation) after answering; consolidation uses these for utility and decay.";
+        RECALL_ACCESS_FLUSH_MS = "MNEME_RECALL_ACCESS_FLUSH_MS", Some("1000"),
+            "How often a recall process writes the access statistics it gathered (one statement per tenant); a process that dies loses at most this interval of counts.";
         RECALL_CO_RETRIEVAL_LINKS = "MNEME_RECALL_CO_RETRIEVAL_LINKS", Some("true"),
             "Strengthen `co_retrieved` links among the top results recalled together in a session (Hebbian learning).";
         HNSW_EF_SEARCH = "MNEME_HNSW_EF_SEARCH", Some("100"),

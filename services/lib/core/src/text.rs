@@ -430,34 +430,53 @@ impl Tokenizer {
         literal
     }
 
+    /// The distinct lexemes of `text`, sorted: the terms of a query.
+    pub fn query_lexemes(&self, text: &str) -> Vec<String> {
+        let mut lexemes = self.lexemes(text);
+        lexemes.sort();
+        lexemes.dedup();
+        lexemes
+    }
+
     /// A `tsquery` literal matching any lexeme of `text` (`'a' | 'b'`), or
     /// `None` when the text has no searchable lexeme. OR semantics: ranking,
     /// not the query, decides how many terms must match.
     pub fn tsquery_literal(&self, text: &str) -> Option<String> {
-        let mut lexemes = self.lexemes(text);
-        lexemes.sort();
-        lexemes.dedup();
-        if lexemes.is_empty() {
-            return None;
-        }
-        let mut literal = String::new();
-        for lexeme in lexemes {
-            if !literal.is_empty() {
-                literal.push_str(" | ");
-            }
-            push_quoted(&mut literal, &lexeme);
-        }
-        Some(literal)
+        any_of(&self.query_lexemes(text))
     }
+}
+
+/// A `tsquery` literal matching texts with any of `lexemes` (`'a' | 'b'`),
+/// `None` for no lexeme.
+pub fn any_of<S: AsRef<str>>(lexemes: &[S]) -> Option<String> {
+    joined(lexemes, " | ")
+}
+
+/// A `tsquery` literal matching texts with all of `lexemes` (`'a' & 'b'`),
+/// `None` for no lexeme.
+pub fn all_of<S: AsRef<str>>(lexemes: &[S]) -> Option<String> {
+    joined(lexemes, " & ")
+}
+
+fn joined<S: AsRef<str>>(lexemes: &[S], operator: &str) -> Option<String> {
+    if lexemes.is_empty() {
+        return None;
+    }
+    let mut literal = String::new();
+    for lexeme in lexemes {
+        if !literal.is_empty() {
+            literal.push_str(operator);
+        }
+        push_quoted(&mut literal, lexeme.as_ref());
+    }
+    Some(literal)
 }
 
 impl Tokenizer {
     /// The `n` most distinctive lexemes of `text` (longest first; digits
     /// last), a cheap stand-in for rarity that needs no corpus statistics.
     pub fn distinctive_lexemes(&self, text: &str, n: usize) -> Vec<String> {
-        let mut lexemes = self.lexemes(text);
-        lexemes.sort();
-        lexemes.dedup();
+        let mut lexemes = self.query_lexemes(text);
         lexemes.sort_by(|a, b| {
             let digits = |l: &String| l.chars().all(|c| c.is_ascii_digit());
             digits(a)
@@ -598,6 +617,8 @@ mod tests {
             Some("'coffe' | 'espresso'")
         );
         assert_eq!(tokenizer().tsquery_literal("the of and"), None);
+        assert_eq!(all_of(&["a", "it's"]).as_deref(), Some("'a' & 'it''s'"));
+        assert_eq!(all_of::<&str>(&[]), None);
     }
 
     #[test]

@@ -598,27 +598,76 @@ pub async fn graph_neighbors(
     Ok(hits(rows))
 }
 
-/// Full-text matches for a `tsquery` literal, ranked by `ts_rank` normalised
-/// by document length.
+/// Full-text matches of the `filter` tsquery literal, ranked by how well
+/// they match the `rank` literal (`ts_rank` normalised by document length).
+/// The two differ when the filter leaves out terms so common that matching
+/// them would read much of the tenant (see `recall::term_stats`).
 pub async fn fulltext_search(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
-    tsquery: &str,
+    filter: &str,
+    rank: &str,
     limit: i64,
 ) -> Result<Vec<Hit>> {
     let rows = tx
         .query(
             &format!(
-                "SELECT id, ts_rank(search_tsv, q, 1) AS rank
-                   FROM mneme.fragments f, CAST($19::text AS tsquery) AS q
+                "SELECT id, ts_rank(search_tsv, r, 1) AS rank
+                   FROM mneme.fragments f, CAST($19::text AS tsquery) AS q,
+                        CAST($21::text AS tsquery) AS r
                   WHERE {SCOPE} AND search_tsv @@ q
                   ORDER BY rank DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
-            &scope.params(&tx.tenant_id(), &[&tsquery, &limit]),
+            &scope.params(&tx.tenant_id(), &[&filter, &limit, &rank]),
         )
         .await?;
     Ok(hits(rows))
+}
+
+/// How often lexemes occur in the newest fragments of `key_ids`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TermSample {
+    /// Fragments stored under the keys (every row the index may return).
+    pub total: i64,
+    /// Fragments sampled (the newest, at most the requested size).
+    pub sampled: i64,
+    /// Sampled fragments containing each lexeme, for lexemes in at least
+    /// two of them.
+    pub counts: HashMap<String, i64>,
+}
+
+/// Samples the newest `size` fragments of `key_ids` for lexeme frequencies.
+pub async fn term_sample(tx: &TenantTx<'_>, key_ids: &[Uuid], size: i64) -> Result<TermSample> {
+    let total: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM mneme.fragments WHERE tenant_id = $1 AND key_id = ANY($2)",
+            &[&tx.tenant_id(), &key_ids],
+        )
+        .await?
+        .get(0);
+    // A tsvector holds each lexeme once, so a row per (fragment, lexeme)
+    // counts documents, not occurrences.
+    let rows = tx
+        .query(
+            "WITH sample AS MATERIALIZED (
+                 SELECT search_tsv FROM mneme.fragments
+                  WHERE tenant_id = $1 AND key_id = ANY($2)
+                  ORDER BY created_at DESC
+                  LIMIT $3)
+             SELECT lexeme, count(*)
+               FROM sample, unnest(tsvector_to_array(search_tsv)) AS lexeme
+              GROUP BY lexeme
+             HAVING count(*) >= 2",
+            &[&tx.tenant_id(), &key_ids, &size],
+        )
+        .await?;
+    Ok(TermSample {
+        total,
+        // The sample is the newest `size` rows (give or take a concurrent write).
+        sampled: total.min(size),
+        counts: rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
+    })
 }
 
 /// Fragments sharing keywords with `keywords`, most shared first.
@@ -901,17 +950,23 @@ pub async fn nearby(
         .collect())
 }
 
-/// Records that fragments were recalled: access count, last access, and
-/// the activation estimate (recent, repeated use raises it towards 1).
-pub async fn record_access(tx: &TenantTx<'_>, ids: &[Uuid]) -> Result<()> {
+/// Records that fragments were recalled, `times[i]` times each for
+/// `ids[i]`: access count, last access, and the activation estimate
+/// (recent, repeated use raises it towards 1). Several accesses in one call
+/// move the estimate as that many accesses in a row would: the first by how
+/// long the fragment had rested, each further one as an access just now.
+pub async fn record_access(tx: &TenantTx<'_>, ids: &[Uuid], times: &[i32]) -> Result<()> {
     tx.execute(
-        "UPDATE mneme.fragments
-            SET access_count = access_count + 1,
+        "UPDATE mneme.fragments f
+            SET access_count = f.access_count + a.times,
                 accessed_at = now(),
-                ema_activation = 0.7 * ema_activation + 0.3 * LEAST(1.0, 1.0 / sqrt(GREATEST(1.0,
-                    extract(epoch FROM now() - COALESCE(accessed_at, created_at))::float8 / 60.0)))
-          WHERE tenant_id = $1 AND id = ANY($2)",
-        &[&tx.tenant_id(), &ids],
+                ema_activation = 1.0 - power(0.7, a.times - 1) * (1.0 - (
+                    0.7 * f.ema_activation + 0.3 * LEAST(1.0, 1.0 / sqrt(GREATEST(1.0,
+                        extract(epoch FROM now() - COALESCE(f.accessed_at, f.created_at))::float8
+                        / 60.0)))))
+           FROM unnest($2::uuid[], $3::int[]) AS a(id, times)
+          WHERE f.tenant_id = $1 AND f.id = a.id",
+        &[&tx.tenant_id(), &ids, &times],
     )
     .await?;
     Ok(())

@@ -262,7 +262,7 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
     let keys = [t.key_id];
     let korean = tokenizer.tsquery_literal("에스프레소 좋아해?").unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, 10)
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, &korean, 10)
         .await
         .unwrap();
     assert_eq!(
@@ -272,7 +272,7 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let english = tokenizer
         .tsquery_literal("when are deploys blocked")
         .unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, 10)
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, &english, 10)
         .await
         .unwrap();
     assert_eq!(hits.first().map(|h| h.id), Some(deploy));
@@ -284,11 +284,107 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     // Another key of the same tenant sees nothing of this key's fragments.
     let other = [Uuid::new_v4()];
     assert!(
-        fragments::fulltext_search(&tx, &scope(&other), &english, 10)
+        fragments::fulltext_search(&tx, &scope(&other), &english, &english, 10)
             .await
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn fulltext_matches_by_its_filter_and_ranks_by_every_term() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "narrowed", ALL_PERMISSIONS).await;
+    let both = remember(&store, &t, "The canary deploy of the ledger failed.").await;
+    let rare = remember(&store, &t, "A canary build was promoted.").await;
+    remember(&store, &t, "The ledger deploy finished.").await;
+    let tokenizer = Tokenizer::default();
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let keys = [t.key_id];
+    let rank = tokenizer.tsquery_literal("canary ledger deploy").unwrap();
+    let filter = tokenizer.tsquery_literal("canary").unwrap();
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &filter, &rank, 10)
+        .await
+        .unwrap();
+    // Only fragments with the filter's term; the one sharing more of the
+    // ranking terms first.
+    assert_eq!(
+        hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+        vec![both, rare]
+    );
+}
+
+#[tokio::test]
+async fn several_accesses_in_one_call_count_as_that_many_in_a_row() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "accessed", ALL_PERMISSIONS).await;
+    let once = remember(&store, &t, "recalled once").await;
+    let thrice = remember(&store, &t, "recalled three times").await;
+    let untouched = remember(&store, &t, "never recalled").await;
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    fragments::record_access(&tx, &[once, thrice], &[1, 3])
+        .await
+        .unwrap();
+    let rows = fragments::fetch(&tx, &[t.key_id], &[once, thrice, untouched])
+        .await
+        .unwrap();
+    let row = |id| rows.iter().find(|f| f.id == id).unwrap();
+    // A fresh fragment's first access moves the estimate 0.3 of the way to
+    // 1; each further one another 0.3 of what is left: 0.3, 0.51, 0.657.
+    assert_eq!(row(once).access_count, 1);
+    assert!(
+        (row(once).ema_activation - 0.3).abs() < 1e-4,
+        "{:?}",
+        row(once)
+    );
+    assert_eq!(row(thrice).access_count, 3);
+    assert!(
+        (row(thrice).ema_activation - 0.657).abs() < 1e-4,
+        "{:?}",
+        row(thrice)
+    );
+    assert!(row(thrice).accessed_at.is_some());
+    assert_eq!(row(untouched).access_count, 0);
+    assert_eq!(row(untouched).accessed_at, None);
+}
+
+#[tokio::test]
+async fn term_samples_count_documents_among_the_newest_fragments_of_the_keys() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "sampled", ALL_PERMISSIONS).await;
+    remember(&store, &t, "ledger ledger canary").await;
+    remember(&store, &t, "ledger rollout").await;
+    remember(&store, &t, "ledger canary").await;
+    remember(&store, &t, "payments rollout").await;
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let all = fragments::term_sample(&tx, &[t.key_id], 10).await.unwrap();
+    assert_eq!((all.total, all.sampled), (4, 4));
+    // Documents, not occurrences; terms in a single fragment are left out.
+    assert_eq!(all.counts.get("ledger"), Some(&3));
+    assert_eq!(all.counts.get("canari"), Some(&2));
+    assert_eq!(all.counts.get("rollout"), Some(&2));
+    assert_eq!(all.counts.get("payment"), None);
+
+    // The newest three: the first fragment is not sampled.
+    let newest = fragments::term_sample(&tx, &[t.key_id], 3).await.unwrap();
+    assert_eq!((newest.total, newest.sampled), (4, 3));
+    assert_eq!(newest.counts.get("ledger"), Some(&2), "{newest:?}");
+    assert_eq!(newest.counts.get("canari"), None);
+
+    let other = fragments::term_sample(&tx, &[Uuid::new_v4()], 10)
+        .await
+        .unwrap();
+    assert_eq!((other.total, other.sampled), (0, 0));
+    assert!(other.counts.is_empty());
 }
 
 #[tokio::test]

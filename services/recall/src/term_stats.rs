@@ -1,0 +1,242 @@
+//! How common each query term is in a key set, so the full-text layer can
+//! leave out terms that would make it read much of a large tenant.
+//!
+//! The layer matches any query term (OR) and lets `ts_rank` decide. On a
+//! 100,000-memory tenant a term such as a service name is in a tenth of the
+//! memories, so an OR of a few such terms found and ranked tens of
+//! thousands of rows: 75 % of the database time of a recall
+//! (docs/BENCHMARKS.md). PostgreSQL keeps no per-tenant term statistics and
+//! `ts_rank` has no notion of rarity, so mneme samples them itself:
+//! - the newest `MNEME_RECALL_TERM_SAMPLE_SIZE` fragments of the key set are
+//!   read once per `MNEME_RECALL_TERM_SAMPLE_TTL_SECS` and process, and each
+//!   lexeme's document count scaled to the whole key set;
+//! - the filter keeps the rarest terms while their estimated matches fit
+//!   `MNEME_RECALL_FULLTEXT_READ_BUDGET` rows, and ranking still uses every
+//!   term. When even the rarest term is over the budget, the filter asks for
+//!   every term at once instead.
+//!
+//! Key sets whose whole size fits the budget are never narrowed, so small
+//! tenants (and every retrieval benchmark) search exactly as before. The
+//! statistics are per key set, not per tenant, so one key's memories never
+//! shape another key's results.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use mneme_config::RecallConfig;
+use mneme_core::Result;
+use mneme_core::text::{all_of, any_of};
+use mneme_store::TenantTx;
+use mneme_store::fragments::{self, TermSample};
+use mneme_telemetry::metrics::register;
+use moka::future::Cache;
+use prometheus::{IntCounterVec, Opts};
+use uuid::Uuid;
+
+/// Most lexemes held across all cached samples (a sample of 2,000 short
+/// memories keeps a few thousand): about 30 MB at most.
+const CACHED_LEXEMES: u64 = 500_000;
+
+static QUERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_recall_fulltext_queries_total",
+                "Full-text layer queries by how they match: any term, only the rarer terms (narrowed), or all terms.",
+            ),
+            &["match"],
+        )
+        .expect("valid metric"),
+    )
+});
+
+/// How a full-text query matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Match {
+    /// Any query term.
+    Any,
+    /// Any of the rarer terms; the common ones only rank.
+    Narrowed,
+    /// Every term (all of them are common).
+    All,
+}
+
+impl Match {
+    fn label(self) -> &'static str {
+        match self {
+            Match::Any => "any",
+            Match::Narrowed => "narrowed",
+            Match::All => "all",
+        }
+    }
+}
+
+/// The two tsquery literals of the full-text layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FullTextQuery {
+    /// Which fragments match.
+    pub(crate) filter: String,
+    /// How matches are ranked: every term of the query.
+    pub(crate) rank: String,
+    pub(crate) matching: Match,
+}
+
+/// Cached term samples of key sets.
+#[derive(Debug, Clone)]
+pub(crate) struct TermStatistics {
+    samples: Cache<(Uuid, Vec<Uuid>), Arc<TermSample>>,
+    sample_size: i64,
+    read_budget: i64,
+}
+
+impl TermStatistics {
+    pub(crate) fn new(settings: &RecallConfig) -> Self {
+        Self {
+            samples: Cache::builder()
+                .max_capacity(CACHED_LEXEMES)
+                .weigher(|_, sample: &Arc<TermSample>| {
+                    u32::try_from(sample.counts.len() + 1).unwrap_or(u32::MAX)
+                })
+                .time_to_live(settings.term_sample_ttl.max(Duration::from_secs(1)))
+                .build(),
+            sample_size: settings.term_sample_size as i64,
+            read_budget: settings.fulltext_read_budget as i64,
+        }
+    }
+
+    /// The full-text query for `lexemes` over the fragments of `key_ids`,
+    /// `None` when there is no term. Samples the key set when its
+    /// statistics are not cached (concurrent recalls wait for one sample).
+    pub(crate) async fn query(
+        &self,
+        tx: &TenantTx<'_>,
+        key_ids: &[Uuid],
+        lexemes: &[String],
+    ) -> Result<Option<FullTextQuery>> {
+        let Some(rank) = any_of(lexemes) else {
+            return Ok(None);
+        };
+        if self.read_budget == 0 {
+            QUERIES.with_label_values(&[Match::Any.label()]).inc();
+            return Ok(Some(FullTextQuery {
+                filter: rank.clone(),
+                rank,
+                matching: Match::Any,
+            }));
+        }
+        let mut keys = key_ids.to_vec();
+        keys.sort_unstable();
+        let sample = self
+            .samples
+            .try_get_with((tx.tenant_id(), keys), async {
+                let sample = fragments::term_sample(tx, key_ids, self.sample_size).await?;
+                Ok::<_, mneme_core::Error>(Arc::new(sample))
+            })
+            .await
+            .map_err(|error| (*error).clone())?;
+        let query = plan(lexemes, &sample, self.read_budget, rank);
+        QUERIES.with_label_values(&[query.matching.label()]).inc();
+        Ok(Some(query))
+    }
+}
+
+/// Chooses the filter for `lexemes` (non-empty, `rank` their OR).
+fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> FullTextQuery {
+    let query = |filter: Option<String>, matching: Match| FullTextQuery {
+        filter: filter.unwrap_or_else(|| rank.clone()),
+        rank: rank.clone(),
+        matching,
+    };
+    if sample.total <= budget || sample.sampled == 0 {
+        return query(None, Match::Any);
+    }
+    // A term seen once or not at all in the sample counts as seen once: its
+    // true frequency is below the sample's resolution.
+    let estimate = |lexeme: &String| -> i64 {
+        let seen = sample.counts.get(lexeme).copied().unwrap_or(1).max(1);
+        (seen * sample.total + sample.sampled - 1) / sample.sampled
+    };
+    let mut by_cost: Vec<(&String, i64)> = lexemes.iter().map(|l| (l, estimate(l))).collect();
+    by_cost.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)));
+    let mut kept: Vec<&String> = Vec::new();
+    let mut reads = 0;
+    for (lexeme, cost) in by_cost {
+        if reads + cost > budget {
+            break;
+        }
+        reads += cost;
+        kept.push(lexeme);
+    }
+    if kept.len() == lexemes.len() {
+        query(None, Match::Any)
+    } else if kept.is_empty() {
+        query(all_of(lexemes), Match::All)
+    } else {
+        query(any_of(&kept), Match::Narrowed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn sample(total: i64, sampled: i64, counts: &[(&str, i64)]) -> TermSample {
+        TermSample {
+            total,
+            sampled,
+            counts: counts
+                .iter()
+                .map(|(l, c)| ((*l).to_owned(), *c))
+                .collect::<HashMap<_, _>>(),
+        }
+    }
+
+    fn planned(lexemes: &[&str], sample: &TermSample, budget: i64) -> FullTextQuery {
+        let lexemes: Vec<String> = lexemes.iter().map(|l| (*l).to_owned()).collect();
+        let rank = any_of(&lexemes).unwrap();
+        plan(&lexemes, sample, budget, rank)
+    }
+
+    #[test]
+    fn a_key_set_within_the_budget_matches_every_term() {
+        let small = sample(4_000, 2_000, &[("api", 1_900), ("payment", 1_800)]);
+        let query = planned(&["api", "payment", "rollback"], &small, 5_000);
+        assert_eq!(query.filter, "'api' | 'payment' | 'rollback'");
+        assert_eq!(query.filter, query.rank);
+        assert_eq!(query.matching, Match::Any);
+    }
+
+    #[test]
+    fn common_terms_leave_the_filter_but_still_rank() {
+        // 100,000 memories: "api" in ~40,000, "payment" in ~10,000,
+        // "rollback" in ~1,500, "zebra" unseen (~50).
+        let large = sample(
+            100_000,
+            2_000,
+            &[("api", 800), ("payment", 200), ("rollback", 30)],
+        );
+        let query = planned(&["api", "payment", "rollback", "zebra"], &large, 5_000);
+        assert_eq!(query.filter, "'zebra' | 'rollback'");
+        assert_eq!(query.matching, Match::Narrowed);
+        assert_eq!(query.rank, "'api' | 'payment' | 'rollback' | 'zebra'");
+    }
+
+    #[test]
+    fn when_every_term_is_common_all_of_them_must_match() {
+        let large = sample(100_000, 2_000, &[("api", 800), ("payment", 200)]);
+        let query = planned(&["api", "payment"], &large, 5_000);
+        assert_eq!(query.filter, "'api' & 'payment'");
+        assert_eq!(query.matching, Match::All);
+        assert_eq!(query.rank, "'api' | 'payment'");
+    }
+
+    #[test]
+    fn rare_terms_that_fit_together_are_all_kept() {
+        let large = sample(100_000, 2_000, &[("deploy", 20), ("canary", 10)]);
+        let query = planned(&["canary", "deploy"], &large, 5_000);
+        assert_eq!(query.filter, "'canary' | 'deploy'");
+        assert_eq!(query.matching, Match::Any);
+    }
+}
