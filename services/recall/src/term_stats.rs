@@ -2,9 +2,9 @@
 //! leave out terms that would make it read much of a large tenant.
 //!
 //! The layer matches any query term (OR) and lets `ts_rank` decide. On a
-//! 100,000-memory tenant a term such as a service name is in a tenth of the
-//! memories, so an OR of a few such terms found and ranked tens of
-//! thousands of rows: 75 % of the database time of a recall
+//! 100,000-memory tenant whose memories keep naming the same services, an
+//! OR of a few such names finds and ranks a large share of the tenant: it
+//! was 75 % of the database time of a recall
 //! (docs/BENCHMARKS.md). PostgreSQL keeps no per-tenant term statistics and
 //! `ts_rank` has no notion of rarity, so mneme samples them itself:
 //! - the newest `MNEME_RECALL_TERM_SAMPLE_SIZE` fragments of the key set are
