@@ -116,31 +116,30 @@ impl TermStatistics {
         let Some(rank) = any_of(lexemes) else {
             return Ok(None);
         };
-        if self.read_budget == 0 {
-            QUERIES.with_label_values(&[Match::Any.label()]).inc();
-            return Ok(Some(FullTextQuery {
-                filter: rank.clone(),
-                rank,
-                matching: Match::Any,
-            }));
-        }
-        let mut keys = key_ids.to_vec();
-        keys.sort_unstable();
-        let sample = self
-            .samples
-            .try_get_with((tx.tenant_id(), keys), async {
-                let sample = fragments::term_sample(tx, key_ids, self.sample_size).await?;
-                Ok::<_, mneme_core::Error>(Arc::new(sample))
-            })
-            .await
-            .map_err(|error| (*error).clone())?;
-        let query = plan(lexemes, &sample, self.read_budget, rank);
+        // One term matches the same rows whichever way it is asked for:
+        // no sample needed.
+        let query = if self.read_budget == 0 || lexemes.len() == 1 {
+            plan(lexemes, &TermSample::default(), self.read_budget, rank)
+        } else {
+            let mut keys = key_ids.to_vec();
+            keys.sort_unstable();
+            let sample = self
+                .samples
+                .try_get_with((tx.tenant_id(), keys), async {
+                    let sample = fragments::term_sample(tx, key_ids, self.sample_size).await?;
+                    Ok::<_, mneme_core::Error>(Arc::new(sample))
+                })
+                .await
+                .map_err(|error| (*error).clone())?;
+            plan(lexemes, &sample, self.read_budget, rank)
+        };
         QUERIES.with_label_values(&[query.matching.label()]).inc();
         Ok(Some(query))
     }
 }
 
-/// Chooses the filter for `lexemes` (non-empty, `rank` their OR).
+/// Chooses the filter for `lexemes` (non-empty, `rank` their OR); an empty
+/// sample matches any term.
 fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> FullTextQuery {
     let query = |filter: Option<String>, matching: Match| FullTextQuery {
         filter: filter.unwrap_or_else(|| rank.clone()),
