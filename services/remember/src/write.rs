@@ -3,6 +3,7 @@
 //! supersession, case event).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -24,6 +25,10 @@ use crate::RememberServer;
 /// Most fragments stored by one bulk insert; a batch reports progress after
 /// each. A few statements per insert, against one per fragment before.
 const ROWS_PER_INSERT: usize = 50;
+/// Attempts of a batch whose transaction deadlocked with a concurrent write
+/// (two batches inserting the same content in another order, say): the
+/// transaction rolled back whole, so it is run again rather than failed.
+const BATCH_ATTEMPTS: usize = 3;
 /// Cached quota counts are rebuilt exactly at least this often.
 const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
 /// Conflict candidates examined per remember.
@@ -34,6 +39,7 @@ const MAX_CONFLICTS: usize = 3;
 pub(crate) const DISTINCTIVE_TERMS: usize = 4;
 
 /// A validated request with everything resolved.
+#[derive(Clone)]
 pub(crate) struct Write {
     pub(crate) fragment: PreparedFragment,
     pub(crate) agent_id: String,
@@ -629,6 +635,23 @@ impl RememberServer {
         })
     }
 
+    /// One attempt at storing a batch's valid items, committed together.
+    async fn store_batch(
+        &self,
+        principal: &Principal,
+        valid: Vec<(usize, Write)>,
+        on_stored: impl FnMut(usize),
+    ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        self.check_quota(&tx, principal, valid.len() as u64).await?;
+        let stored = self
+            .store_all(&tx, principal, valid, true, on_stored)
+            .await?;
+        tx.commit().await?;
+        Ok(stored)
+    }
+
     /// Stores up to `batch_max_items` fragments in one transaction. Items
     /// that fail validation are reported and skipped; the valid ones are
     /// stored together or not at all. `progress` receives monotonic progress
@@ -694,27 +717,40 @@ impl RememberServer {
 
         let (mut created, mut existing) = (0u32, 0u32);
         if !valid.is_empty() {
-            let mut client = self.store.client().await?;
-            let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-            self.check_quota(&tx, principal, valid.len() as u64).await?;
-            let (stored, new_fragments) = self
-                .store_all(&tx, principal, valid, true, |done| {
-                    // The last step is reported once committed.
-                    if total_u32 + (done as u32) < steps {
-                        progress(BatchProgress {
-                            phase: "store".into(),
-                            processed: total_u32 + done as u32,
-                            total: steps,
-                        });
+            // A retried attempt starts over; its progress is reported only
+            // past what the clients already saw, so it stays monotonic.
+            let reported = AtomicU32::new(total_u32);
+            let report = |processed: u32| {
+                if processed > reported.fetch_max(processed, Ordering::Relaxed) {
+                    progress(BatchProgress {
+                        phase: "store".into(),
+                        processed,
+                        total: steps,
+                    });
+                }
+            };
+            let mut attempt = 1;
+            let (stored, new_fragments) = loop {
+                match self
+                    .store_batch(principal, valid.clone(), |done| {
+                        // The last step is reported once committed.
+                        if total_u32 + (done as u32) < steps {
+                            report(total_u32 + done as u32);
+                        }
+                    })
+                    .await
+                {
+                    Err(error) if error.code == ErrorCode::Conflict && attempt < BATCH_ATTEMPTS => {
+                        tracing::debug!(
+                            attempt,
+                            "batch conflicted with a concurrent write; retrying"
+                        );
+                        attempt += 1;
                     }
-                })
-                .await?;
-            tx.commit().await?;
-            progress(BatchProgress {
-                phase: "store".into(),
-                processed: steps,
-                total: steps,
-            });
+                    outcome => break outcome?,
+                }
+            };
+            report(steps);
             for item in stored {
                 if item.outcome == WriteOutcome::Created {
                     created += 1;

@@ -676,6 +676,40 @@ mod write_path {
     }
 
     #[tokio::test]
+    async fn concurrent_batches_of_the_same_memories_in_opposite_orders_all_succeed() {
+        // Each batch inserts in chunks; the second chunk of each waits for
+        // rows the other has not committed, a deadlock PostgreSQL breaks by
+        // failing one of them. The failed batch is run again, so both
+        // callers get their answer.
+        let h = harness().await;
+        let who = h.who(None);
+        for round in 0..4 {
+            let items: Vec<RememberRequest> = (0..100)
+                .map(|i| {
+                    kind(
+                        &format!("Round {round}: replica {i} of the cache tier serves zone {i}."),
+                        "fact",
+                        "replicas",
+                    )
+                })
+                .collect();
+            let reversed: Vec<RememberRequest> = items.iter().rev().cloned().collect();
+            let batch = |items| mneme_proto::v1::BatchRememberRequest {
+                items,
+                ..Default::default()
+            };
+            let (forward, backward) = tokio::join!(
+                h.server.batch_remember(&who, batch(items), |_| {}),
+                h.server.batch_remember(&who, batch(reversed), |_| {}),
+            );
+            let (forward, backward) = (forward.unwrap(), backward.unwrap());
+            assert_eq!(forward.created + backward.created, 100, "round {round}");
+            assert_eq!(forward.existing + backward.existing, 100, "round {round}");
+        }
+        assert_eq!(h.count("topic = 'replicas'").await, 400);
+    }
+
+    #[tokio::test]
     async fn errors_of_a_session_and_topic_form_a_case_with_events() {
         let h = harness().await;
         let first = h
