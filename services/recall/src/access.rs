@@ -12,16 +12,38 @@
 //! full queue drops new counts rather than slow recalls down.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use mneme_store::{Store, StoreError, TenantTx, fragments};
+use mneme_telemetry::metrics::register;
+use prometheus::{IntCounterVec, Opts};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 /// Recalls whose accesses may wait for a flush before new ones are dropped.
 const QUEUED_RECALLS: usize = 8_192;
-/// Attempts of a tenant's flush that meets a deadlock with another process.
+/// Fragments updated per statement. An update that cannot stay on its
+/// page adds an entry to every index of the row, HNSW included (about 180
+/// buffers a row on a 100,000-memory tenant): pages written before V24
+/// left no room for that, and one statement for a busy tenant's whole
+/// interval ran past the statement timeout and lost it all.
+const FRAGMENTS_PER_WRITE: usize = 500;
+/// Attempts of each write that meets a deadlock with another process.
 const FLUSH_ATTEMPTS: usize = 3;
+
+static LOST: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_recall_accesses_lost_total",
+                "Fragment accesses never written to the access statistics: the queue was full, or the flush failed.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric"),
+    )
+});
 
 /// The fragments one recall returned.
 struct Accessed {
@@ -39,13 +61,19 @@ pub(crate) struct AccessRecorder {
 impl AccessRecorder {
     /// Starts the writer on the current runtime.
     pub(crate) fn spawn(store: Store, flush_every: Duration) -> Self {
+        // Exported at zero before the first loss.
+        for reason in ["queue_full", "write_failed"] {
+            LOST.with_label_values(&[reason]);
+        }
         let (queue, received) = mpsc::channel(QUEUED_RECALLS);
         tokio::spawn(write_batches(store, received, flush_every));
         Self { queue }
     }
 
     pub(crate) fn record(&self, tenant_id: Uuid, ids: Vec<Uuid>) {
+        let accesses = ids.len() as u64;
         if self.queue.try_send(Accessed { tenant_id, ids }).is_err() {
+            LOST.with_label_values(&["queue_full"]).inc_by(accesses);
             tracing::debug!("access statistics queue full; this recall's accesses are dropped");
         }
     }
@@ -85,15 +113,19 @@ async fn flush(store: &Store, pending: Pending) {
         // the same order as far as the plan allows; a deadlock is retried.
         let mut counts: Vec<(Uuid, i32)> = counts.into_iter().collect();
         counts.sort_unstable();
-        let (ids, times): (Vec<Uuid>, Vec<i32>) = counts.into_iter().unzip();
-        let mut attempt = 1;
-        loop {
-            match write(store, tenant_id, &ids, &times).await {
-                Ok(()) => break,
-                Err(error) if error.is_conflict() && attempt < FLUSH_ATTEMPTS => attempt += 1,
-                Err(error) => {
-                    tracing::warn!(%error, %tenant_id, fragments = ids.len(), "recording recall accesses failed");
-                    break;
+        for chunk in counts.chunks(FRAGMENTS_PER_WRITE) {
+            let (ids, times): (Vec<Uuid>, Vec<i32>) = chunk.iter().copied().unzip();
+            let mut attempt = 1;
+            loop {
+                match write(store, tenant_id, &ids, &times).await {
+                    Ok(()) => break,
+                    Err(error) if error.is_conflict() && attempt < FLUSH_ATTEMPTS => attempt += 1,
+                    Err(error) => {
+                        let accesses = times.iter().map(|&n| n as u64).sum();
+                        LOST.with_label_values(&["write_failed"]).inc_by(accesses);
+                        tracing::warn!(%error, %tenant_id, fragments = ids.len(), "recording recall accesses failed");
+                        break;
+                    }
                 }
             }
         }
