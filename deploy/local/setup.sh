@@ -18,6 +18,9 @@ PG_PORT="${MNEME_PG_PORT:-5432}"
 REDIS_PORT="${MNEME_REDIS_PORT:-6379}"
 DB_NAME="${MNEME_DB_NAME:-mneme}"
 PGVECTOR_VERSION=0.8.0
+# Run by a superuser in every database mneme uses (docs/DEPLOY.md, step 3).
+LEAKPROOF_SEARCH_OPERATORS="ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF; \
+ALTER FUNCTION pg_catalog.arrayoverlap(anyarray, anyarray) LEAKPROOF;"
 
 install_packages() {
     local wanted=(
@@ -290,9 +293,12 @@ SQL
         psql_admin -q -c "CREATE DATABASE $DB_NAME OWNER mneme_owner ENCODING 'UTF8' LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8' TEMPLATE template0"
     fi
     # pgvector is not a trusted extension, so the superuser creates it, in
-    # template1 too: databases created later (tests) inherit it.
+    # template1 too: databases created later (tests) inherit it. Likewise
+    # the two search operators that must be leakproof for their indexes to
+    # serve queries under row-level security (migrations/V23).
     for db in "$DB_NAME" template1; do
         psql_admin -q -d "$db" -c "CREATE EXTENSION IF NOT EXISTS vector" 2>&1 | grep -v "already exists" || true
+        psql_admin -q -d "$db" -c "$LEAKPROOF_SEARCH_OPERATORS"
     done
 }
 

@@ -2,10 +2,13 @@
 //! leave out terms that would make it read much of a large tenant.
 //!
 //! The layer matches any query term (OR) and lets `ts_rank` decide. On a
-//! 100,000-memory tenant whose memories keep naming the same services, an
-//! OR of a few such names finds and ranks a large share of the tenant: it
-//! was 75 % of the database time of a recall
-//! (docs/BENCHMARKS.md). PostgreSQL keeps no per-tenant term statistics and
+//! large tenant whose memories keep naming the same services, an OR of a
+//! few such names matches, reads and ranks a large share of the tenant,
+//! however well the index finds them. (The 75 % of recall's database time
+//! that prompted this module turned out to be another defect, the index
+//! unusable under row-level security, fixed in migrations/V23; how much
+//! this narrowing saves on real vocabularies is still to be measured, see
+//! docs/BENCHMARKS.md.) PostgreSQL keeps no per-tenant term statistics and
 //! `ts_rank` has no notion of rarity, so mneme samples them itself:
 //! - the newest `MNEME_RECALL_TERM_SAMPLE_SIZE` fragments of the key set are
 //!   read once per `MNEME_RECALL_TERM_SAMPLE_TTL_SECS` and process, and each

@@ -58,6 +58,19 @@ pub(crate) static ANSWERING: LazyLock<IntGauge> = LazyLock::new(|| {
     )
 });
 
+/// 1 when full-text and keyword search can use their indexes under
+/// row-level security, 0 when they scan every memory of a tenant (see
+/// `Store::check_search_operators`).
+pub(crate) static SEARCH_OPERATORS_LEAKPROOF: LazyLock<IntGauge> = LazyLock::new(|| {
+    register(
+        IntGauge::with_opts(Opts::new(
+            "mneme_db_search_operators_leakproof",
+            "1 when the full-text and keyword operators are leakproof, so their indexes serve searches under row-level security; 0 when every search reads all of a tenant's memories.",
+        ))
+        .expect("valid metric"),
+    )
+});
+
 /// The statement label of a call site: file stem and line.
 fn statement_name(site: &Location<'_>) -> String {
     let file = site.file();

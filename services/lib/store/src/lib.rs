@@ -339,6 +339,7 @@ impl Store {
         store
             .check_embedding_dimension(config.embedding.dim)
             .await?;
+        store.check_search_operators().await?;
         Ok(store)
     }
 
@@ -403,6 +404,38 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Whether the full-text (`@@`) and keyword (`&&`) operators are
+    /// leakproof. Under row-level security PostgreSQL evaluates a query's
+    /// own non-leakproof conditions only after the policy, so their GIN
+    /// indexes cannot serve a search and every search reads all of the
+    /// tenant's memories. Results stay correct, so this warns (and sets
+    /// `mneme_db_search_operators_leakproof`) instead of refusing to start;
+    /// marking them needs a superuser (migrations/V23).
+    pub async fn check_search_operators(&self) -> Result<bool> {
+        let leakproof: bool = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT bool_and(proleakproof) FROM pg_proc
+                  WHERE oid IN ('pg_catalog.ts_match_vq(tsvector, tsquery)'::regprocedure,
+                                'pg_catalog.arrayoverlap(anyarray, anyarray)'::regprocedure)",
+                &[],
+            )
+            .await?
+            .get(0);
+        instrument::SEARCH_OPERATORS_LEAKPROOF.set(i64::from(leakproof));
+        if !leakproof {
+            tracing::warn!(
+                "full-text and keyword search cannot use their indexes under row-level security \
+                 and will read every memory of a tenant: as a superuser, run \
+                 `ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF; \
+                 ALTER FUNCTION pg_catalog.arrayoverlap(anyarray, anyarray) LEAKPROOF;` \
+                 in mneme's database (docs/OPERATIONS.md, \"Search operators\")"
+            );
+        }
+        Ok(leakproof)
     }
 
     /// Refuses to run when the embedding column's dimension differs from the

@@ -53,6 +53,72 @@ fn scope(keys: &[Uuid]) -> SearchScope<'_> {
     }
 }
 
+/// Under row-level security only leakproof conditions may be evaluated by
+/// an index ahead of the policy; the set-up marks the full-text and keyword
+/// operators so (migrations/V23), and their indexes must then answer.
+#[tokio::test]
+async fn text_and_keyword_indexes_serve_searches_under_row_level_security() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    assert!(store.check_search_operators().await.unwrap());
+    let tenant = create_tenant(&store, "indexed", ALL_PERMISSIONS).await;
+    remember(&store, &tenant, "The ledger closes at midnight UTC.").await;
+    // Enough other memories, analysed, that finding the one rare term
+    // through its index is the cheapest plan, if the index may be used.
+    let fillers: Vec<_> = (0..3000)
+        .map(|i| prepared(&format!("Filler note {i} about the weather."), "test"))
+        .collect();
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let rows: Vec<_> = fillers.iter().map(|f| (author(&tenant), f)).collect();
+    fragments::insert_many(&tx, &rows).await.unwrap();
+    tx.commit().await.unwrap();
+    let owner = Store::connect(&db.owner_url, &StoreOptions::default()).unwrap();
+    owner
+        .client()
+        .await
+        .unwrap()
+        .batch_execute("ANALYZE mneme.fragments")
+        .await
+        .unwrap();
+
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    tx.batch_execute("SET LOCAL enable_seqscan = off")
+        .await
+        .unwrap();
+    for condition in [
+        "search_tsv @@ 'ledger'::tsquery",
+        "keywords && ARRAY['ledger']",
+    ] {
+        let plan: Vec<String> = tx
+            .query(
+                &format!(
+                    "EXPLAIN SELECT id FROM mneme.fragments
+                      WHERE tenant_id = $1 AND {condition}"
+                ),
+                &[&tenant.tenant_id],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let index_condition = plan
+            .iter()
+            .find(|line| line.contains("Index Cond"))
+            .unwrap_or_else(|| panic!("no index condition for {condition}: {plan:#?}"));
+        let operator = if condition.contains("@@") { "@@" } else { "&&" };
+        assert!(
+            index_condition.contains(operator),
+            "{condition} is filtered after the index, not searched in it: {plan:#?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn service_role_is_checked_and_owner_role_refused() {
     let db = TestDatabase::create().await;
