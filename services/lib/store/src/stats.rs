@@ -34,9 +34,10 @@ pub struct Stats {
     pub last_consolidated: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-fn pairs(rows: &[tokio_postgres::Row]) -> Vec<(String, i64)> {
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
-}
+/// Most types and tiers listed.
+const BREAKDOWN_ROWS: usize = 100;
+/// Largest topics listed.
+const TOP_TOPICS: usize = 10;
 
 /// Counts over the fragments of `key_ids` visible to `agent_id`.
 pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Result<Stats> {
@@ -56,65 +57,76 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
                 count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NOT NULL)
            FROM mneme.fragments WHERE {scope}"
     );
-    let grouped = |column: &str, order: &str, limit: i64| {
-        format!(
-            "SELECT {column}, count(*) FROM mneme.fragments WHERE {scope} AND valid_to IS NULL
-              GROUP BY {column} ORDER BY {order} LIMIT {limit}"
-        )
-    };
-    let (by_type_sql, by_tier_sql, top_topics_sql) = (
-        grouped("type", "1", 100),
-        grouped("ttl_tier", "1", 100),
-        grouped("topic", "2 DESC, 1", 10),
+    // One scan for the three breakdowns instead of one each: on a
+    // 100,000-memory key each scan is about 55 ms.
+    let breakdowns_sql = format!(
+        "SELECT GROUPING(type, ttl_tier, topic)::int4, COALESCE(type, ttl_tier, topic), count(*)
+           FROM mneme.fragments WHERE {scope} AND valid_to IS NULL
+          GROUP BY GROUPING SETS ((type), (ttl_tier), (topic))"
     );
     let scoped: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&tenant, &key_ids];
     // The statements are independent: sent together, tokio-postgres
     // pipelines them on the connection, so the whole collection costs about
     // two round trips (parse, then execute) instead of two per statement.
-    let (totals, by_type, by_tier, top_topics, links, searches, feedback, contradictions, state) =
-        tokio::try_join!(
-            tx.query_one(&totals_sql, &params),
-            tx.query(&by_type_sql, &params),
-            tx.query(&by_tier_sql, &params),
-            tx.query(&top_topics_sql, &params),
-            tx.query_one(
-                "SELECT count(*) FROM mneme.fragment_links l
+    let (totals, breakdowns, links, searches, feedback, contradictions, state) = tokio::try_join!(
+        tx.query_one(&totals_sql, &params),
+        tx.query(&breakdowns_sql, &params),
+        tx.query_one(
+            "SELECT count(*) FROM mneme.fragment_links l
                    JOIN mneme.fragments f ON f.tenant_id = l.tenant_id AND f.id = l.from_id
                   WHERE l.tenant_id = $1 AND f.key_id = ANY($2) AND l.deleted_at IS NULL",
-                &scoped,
-            ),
-            tx.query_one(
-                "SELECT count(*),
+            &scoped,
+        ),
+        tx.query_one(
+            "SELECT count(*),
                         COALESCE(avg((result_count = 0)::int), 0)::float8,
                         COALESCE(avg(latency_ms), 0)::float8
                    FROM mneme.search_events
                   WHERE tenant_id = $1 AND key_id = ANY($2)
                     AND created_at > now() - interval '7 days'",
-                &scoped,
-            ),
-            tx.query_one(
-                "SELECT count(*),
+            &scoped,
+        ),
+        tx.query_one(
+            "SELECT count(*),
                         COALESCE(avg(relevant::int), 0)::float8,
                         COALESCE(avg(sufficient::int), 0)::float8
                    FROM mneme.tool_feedback
                   WHERE tenant_id = $1 AND key_id = ANY($2)
                     AND created_at > now() - interval '7 days'",
-                &scoped,
-            ),
-            tx.query_one(
-                "SELECT count(*) FILTER (WHERE c.status = 'pending'),
+            &scoped,
+        ),
+        tx.query_one(
+            "SELECT count(*) FILTER (WHERE c.status = 'pending'),
                         count(*) FILTER (WHERE c.status = 'contradiction')
                    FROM mneme.contradiction_candidates c
                    JOIN mneme.fragments f ON f.tenant_id = c.tenant_id AND f.id = c.newer_id
                   WHERE c.tenant_id = $1 AND f.key_id = ANY($2)",
-                &scoped,
-            ),
-            tx.query_opt(
-                "SELECT last_finished_at FROM mneme.consolidation_state WHERE tenant_id = $1",
-                &scoped[..1],
-            ),
-        )?;
+            &scoped,
+        ),
+        tx.query_opt(
+            "SELECT last_finished_at FROM mneme.consolidation_state WHERE tenant_id = $1",
+            &scoped[..1],
+        ),
+    )?;
     let links: i64 = links.get(0);
+    let breakdown = |set: i32| -> Vec<(String, i64)> {
+        breakdowns
+            .iter()
+            .filter(|row| row.get::<_, i32>(0) == set)
+            .map(|row| (row.get(1), row.get(2)))
+            .collect()
+    };
+    // GROUPING() sets a bit for each column a row is not grouped by, the
+    // first column highest.
+    let mut by_type = breakdown(0b011);
+    let mut by_tier = breakdown(0b101);
+    let mut top_topics = breakdown(0b110);
+    by_type.sort();
+    by_type.truncate(BREAKDOWN_ROWS);
+    by_tier.sort();
+    by_tier.truncate(BREAKDOWN_ROWS);
+    top_topics.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top_topics.truncate(TOP_TOPICS);
     let last_consolidated = state.and_then(|row| row.get(0));
     Ok(Stats {
         total: totals.get(0),
@@ -126,9 +138,9 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
         topics: totals.get(6),
         cases: totals.get(7),
         total_tokens: totals.get(8),
-        by_type: pairs(&by_type),
-        by_tier: pairs(&by_tier),
-        top_topics: pairs(&top_topics),
+        by_type,
+        by_tier,
+        top_topics,
         links,
         searches_7d: searches.get(0),
         zero_result_rate_7d: searches.get(1),
