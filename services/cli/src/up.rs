@@ -110,11 +110,11 @@ pub async fn up(
         .with_retries(
             config.embedding.max_attempts,
             config.embedding.retry_backoff,
-        );
+        )
+        .with_cache(cache.clone());
     let (sweep, worker_stop) = (config.embedding.worker_sweep_interval, stop.clone());
-    let worker_cache = cache.clone();
     tasks.spawn(async move {
-        worker.run(Some(worker_cache), sweep, worker_stop).await;
+        worker.run(sweep, worker_stop).await;
         ("embedding worker", Ok(()))
     });
 

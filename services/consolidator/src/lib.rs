@@ -137,6 +137,9 @@ pub struct EmbeddingWorker {
     recipe: PassageRecipe,
     /// Tenants found to hold no stale vector, and when.
     up_to_date: Arc<Mutex<HashMap<Uuid, std::time::Instant>>>,
+    /// Wake-ups arrive here, and it is told when a tenant's vectors
+    /// changed; `None`: periodic sweeps only.
+    cache: Option<Cache>,
 }
 
 impl EmbeddingWorker {
@@ -151,7 +154,15 @@ impl EmbeddingWorker {
             retry_backoff: defaults.retry_backoff,
             recipe: PassageRecipe::from_config(&defaults),
             up_to_date: Arc::default(),
+            cache: None,
         }
+    }
+
+    /// Listens for embedding wake-ups on `cache`, and tells it when a
+    /// tenant's memories got vectors (so cached statistics refresh).
+    pub fn with_cache(mut self, cache: Cache) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// The text recipe of new vectors (default: the settings' default).
@@ -337,6 +348,9 @@ impl EmbeddingWorker {
         }
         if total > 0 {
             tracing::info!(tenant.id = %tenant_id, count = total, "fragments embedded");
+            if let Some(cache) = &self.cache {
+                cache.note_tenant_changed(&tenant_id.to_string()).await;
+            }
         }
         Ok(total)
     }
@@ -395,13 +409,8 @@ impl EmbeddingWorker {
 
     /// Runs until `stop` fires: a sweep at start and every `sweep_interval`,
     /// and a drain of a tenant as soon as its wake-up arrives.
-    pub async fn run(
-        self,
-        cache: Option<Cache>,
-        sweep_interval: Duration,
-        stop: CancellationToken,
-    ) {
-        let mut listener = match &cache {
+    pub async fn run(self, sweep_interval: Duration, stop: CancellationToken) {
+        let mut listener = match &self.cache {
             Some(cache) => match cache.embedding_wake_listener().await {
                 Ok(listener) => Some(listener),
                 Err(error) => {
@@ -454,13 +463,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .with_retries(
             config.embedding.max_attempts,
             config.embedding.retry_backoff,
-        );
+        )
+        .with_cache(cache);
     let stop = CancellationToken::new();
-    let embedding = tokio::spawn(worker.run(
-        Some(cache),
-        config.embedding.worker_sweep_interval,
-        stop.clone(),
-    ));
+    let embedding = tokio::spawn(worker.run(config.embedding.worker_sweep_interval, stop.clone()));
     let consolidation = config.consolidation.enabled.then(|| {
         let consolidator = Consolidator::new(store, config.consolidation.clone());
         tokio::spawn(consolidator.run(stop.clone()))

@@ -2,7 +2,7 @@
 //! `search`/`fetch` contract, the citation URL, `context`, `reflect`,
 //! `tool_feedback`, the inspection tools and the skill guide.
 
-use mneme_e2e_tests::Stack;
+use mneme_e2e_tests::{Mcp, Stack};
 use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use serde_json::{Value, json};
 
@@ -202,6 +202,73 @@ async fn a_session_starts_with_context_ends_with_reflect_and_gives_feedback() {
         .tool_error("get_skill_guide", json!({"section": "astrology"}))
         .await;
     assert!(unknown.contains("invalid_argument"), "{unknown}");
+    stack.shutdown().await.unwrap();
+}
+
+/// `memory_stats`' total and anchors.
+async fn stats(mcp: &Mcp) -> (u64, u64) {
+    let stats = mcp.ok("memory_stats", json!({})).await;
+    (
+        stats["total"].as_u64().unwrap(),
+        stats["anchors"].as_u64().unwrap(),
+    )
+}
+
+/// Waits until `memory_stats` shows `count` memories embedded: the
+/// embedding worker's commits retire the answers cached before them.
+async fn embedded(mcp: &Mcp, count: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while mcp.ok("memory_stats", json!({})).await["embedded"] != count {
+        assert!(std::time::Instant::now() < deadline, "never shown embedded");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The worker raises the change number just after its commit.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+}
+
+#[tokio::test]
+async fn memory_stats_are_cached_until_the_tenant_writes() {
+    let stack = Stack::start("hash", &[("MNEME_STATS_CACHE_SECS", "600")]).await;
+    let store = stack.db.store();
+    let acme = create_tenant(&store, "acme", ALL_PERMISSIONS).await;
+    let rival = create_tenant(&store, "rival", ALL_PERMISSIONS).await;
+    let (mcp, rival_mcp) = (
+        stack.mcp(&acme.api_key).await,
+        stack.mcp(&rival.api_key).await,
+    );
+    mcp.remember_new("Backups run at two in the morning.", "backups", "fact")
+        .await;
+    embedded(&mcp, 1).await;
+    assert_eq!(stats(&mcp).await, (1, 0));
+    assert_eq!(stats(&rival_mcp).await, (0, 0));
+
+    // A change that bypasses the write path (as a scheduled consolidation
+    // does) is not seen while the answer is cached...
+    let owner = stack.db.owner_in_tenant(acme.tenant_id).await;
+    let set_anchors = |anchor: bool| {
+        let owner = &owner;
+        async move {
+            owner
+                .execute("UPDATE mneme.fragments SET is_anchor = $1", &[&anchor])
+                .await
+                .unwrap()
+        }
+    };
+    set_anchors(true).await;
+    assert_eq!(stats(&mcp).await, (1, 0));
+    // ...a write through mneme is, at once, with everything before it.
+    mcp.remember_new("Restores are tested every month.", "backups", "fact")
+        .await;
+    assert_eq!(stats(&mcp).await, (2, 1));
+    embedded(&mcp, 2).await;
+
+    // Another tenant's writes neither show here nor retire this answer.
+    rival_mcp
+        .remember_new("Our backups go to tape.", "backups", "fact")
+        .await;
+    assert_eq!(stats(&rival_mcp).await, (1, 0));
+    set_anchors(false).await;
+    assert_eq!(stats(&mcp).await, (2, 1));
     stack.shutdown().await.unwrap();
 }
 

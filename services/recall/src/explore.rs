@@ -4,6 +4,7 @@
 //! (`search_traces`). Everything is limited to what the caller can read.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use mneme_core::principal::resolve_agent_id;
@@ -17,6 +18,10 @@ use mneme_proto::v1::{
 };
 use mneme_store::fragments::{self, Fragment, TraceFilter};
 use mneme_store::{TenantTx, cases, links, stats, versions};
+use mneme_telemetry::metrics::register;
+use prometheus::{IntCounterVec, Opts};
+use prost::Message;
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::RecallServer;
@@ -31,6 +36,32 @@ const TRACES_DEFAULT_LIMIT: u32 = 20;
 const TRACES_MAX_LIMIT: u32 = 100;
 /// Relations that carry cause and resolution.
 const CAUSAL: [&str; 2] = ["caused_by", "resolved_by"];
+
+static STATS_CACHE: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register(
+        IntCounterVec::new(
+            Opts::new(
+                "mneme_recall_stats_cache_total",
+                "memory_stats answers served from the cache (hit) or computed (miss).",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric"),
+    )
+});
+
+/// Names what a `memory_stats` answer depends on besides the tenant: the
+/// keys the caller reads and its agent.
+fn stats_view(key_ids: &[Uuid], agent_id: &str) -> String {
+    let mut key_ids = key_ids.to_vec();
+    key_ids.sort_unstable();
+    let mut digest = Sha256::new();
+    for key_id in &key_ids {
+        digest.update(key_id.as_bytes());
+    }
+    digest.update(agent_id.as_bytes());
+    hex::encode(&digest.finalize()[..16])
+}
 
 fn fragment_id(raw: &str) -> Result<Uuid> {
     raw.trim().parse().map_err(|_| Error::fragment_not_found())
@@ -76,6 +107,8 @@ impl RecallServer {
             .ok_or_else(Error::fragment_not_found)
     }
 
+    /// The caller's statistics, from the cache while no write has changed
+    /// the tenant (see `mneme_cache::stats`).
     pub async fn stats(
         &self,
         principal: &Principal,
@@ -83,9 +116,41 @@ impl RecallServer {
     ) -> Result<StatsResponse> {
         principal.require(Permission::Read)?;
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
+        let key_ids = principal.readable_key_ids();
+        let ttl = self.settings.stats_cache;
+        if ttl.is_zero() {
+            return self.compute_stats(principal, &key_ids, &agent_id).await;
+        }
+        let (tenant, view) = (
+            principal.tenant_id.to_string(),
+            stats_view(&key_ids, &agent_id),
+        );
+        let cached = self.cache.cached_stats(&tenant, &view).await;
+        if let Some(answer) = cached.as_ref().and_then(|c| c.answer.as_deref())
+            && let Ok(stats) = StatsResponse::decode(answer)
+        {
+            STATS_CACHE.with_label_values(&["hit"]).inc();
+            return Ok(stats);
+        }
+        STATS_CACHE.with_label_values(&["miss"]).inc();
+        let stats = self.compute_stats(principal, &key_ids, &agent_id).await?;
+        if let Some(cached) = cached {
+            self.cache
+                .store_stats(&tenant, &view, cached.change, &stats.encode_to_vec(), ttl)
+                .await;
+        }
+        Ok(stats)
+    }
+
+    async fn compute_stats(
+        &self,
+        principal: &Principal,
+        key_ids: &[Uuid],
+        agent_id: &str,
+    ) -> Result<StatsResponse> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let s = stats::collect(&tx, &principal.readable_key_ids(), &agent_id).await?;
+        let s = stats::collect(&tx, key_ids, agent_id).await?;
         tx.commit().await?;
         let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(StatsResponse {

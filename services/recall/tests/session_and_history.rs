@@ -552,12 +552,26 @@ async fn stats_count_only_the_callers_memories() {
     assert_eq!((stats.total, stats.anchors, stats.topics), (3, 1, 1));
     assert_eq!(stats.awaiting_embedding, 3);
     assert_eq!(stats.searches_7d, 1);
-    assert_eq!(stats.top_topics[0].name, "deploy");
-    assert!(
-        stats
-            .by_type
-            .iter()
-            .any(|c| c.name == "decision" && c.count == 1)
+    let counts = |list: &[_]| -> Vec<(String, u64)> {
+        list.iter()
+            .map(|c: &mneme_proto::v1::CountByName| (c.name.clone(), c.count))
+            .collect()
+    };
+    // Each breakdown lists its own column only, types and tiers by name.
+    assert_eq!(counts(&stats.top_topics), [("deploy".into(), 3)]);
+    assert_eq!(
+        counts(&stats.by_type),
+        [
+            ("decision".into(), 1),
+            ("fact".into(), 1),
+            ("preference".into(), 1)
+        ]
+    );
+    assert_eq!(
+        stats.by_tier.iter().map(|c| c.count).sum::<u64>(),
+        3,
+        "{:?}",
+        stats.by_tier
     );
     h.embed_all().await;
     let embedded = h

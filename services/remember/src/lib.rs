@@ -37,8 +37,8 @@ use std::sync::Arc;
 use mneme_cache::Cache;
 use mneme_config::{Config, ConsolidationConfig, RememberConfig};
 use mneme_consolidator::Consolidator;
-use mneme_core::Permission;
 use mneme_core::text::Tokenizer;
+use mneme_core::{Permission, Principal};
 use mneme_proto::error::to_status;
 use mneme_proto::principal::PrincipalSigner;
 use mneme_proto::server::handle;
@@ -77,6 +77,16 @@ impl RememberServer {
             store,
             tokenizer: Arc::new(Tokenizer::default()),
             auto_link_slots: auto_links::AutoLinkSlots::default(),
+        }
+    }
+
+    /// Once a call has changed the tenant's memories, cached statistics
+    /// of the tenant are stale (`mneme_cache::stats`).
+    async fn note_change<T>(&self, principal: &Principal, reply: &mneme_core::Result<T>) {
+        if reply.is_ok() {
+            self.cache
+                .note_tenant_changed(&principal.tenant_id.to_string())
+                .await;
         }
     }
 
@@ -134,7 +144,11 @@ impl RememberService for RememberServer {
             |result| BatchRememberEvent {
                 event: Some(batch_remember_event::Event::Result(result)),
             },
-            move |report| async move { server.batch_remember(&principal, message, report).await },
+            move |report| async move {
+                let reply = server.batch_remember(&principal, message, report).await;
+                server.note_change(&principal, &reply).await;
+                reply
+            },
         )))
     }
 
@@ -154,7 +168,11 @@ impl RememberService for RememberServer {
             |result| ConsolidateEvent {
                 event: Some(consolidate_event::Event::Result(result)),
             },
-            move |report| async move { server.consolidate(&principal, message, report).await },
+            move |report| async move {
+                let reply = server.consolidate(&principal, message, report).await;
+                server.note_change(&principal, &reply).await;
+                reply
+            },
         )))
     }
 
@@ -163,7 +181,9 @@ impl RememberService for RememberServer {
         request: Request<RememberRequest>,
     ) -> Result<Response<RememberResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::remember(self, &principal, message).await
+            let reply = RememberServer::remember(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }
@@ -173,14 +193,18 @@ impl RememberService for RememberServer {
         request: Request<AmendRequest>,
     ) -> Result<Response<AmendResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::amend(self, &principal, message).await
+            let reply = RememberServer::amend(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }
 
     async fn link(&self, request: Request<LinkRequest>) -> Result<Response<LinkResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::link(self, &principal, message).await
+            let reply = RememberServer::link(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }
@@ -190,7 +214,9 @@ impl RememberService for RememberServer {
         request: Request<ForgetRequest>,
     ) -> Result<Response<ForgetResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::forget(self, &principal, message).await
+            let reply = RememberServer::forget(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }
@@ -200,7 +226,9 @@ impl RememberService for RememberServer {
         request: Request<ReflectRequest>,
     ) -> Result<Response<ReflectResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::reflect(self, &principal, message).await
+            let reply = RememberServer::reflect(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }
@@ -210,7 +238,9 @@ impl RememberService for RememberServer {
         request: Request<ToolFeedbackRequest>,
     ) -> Result<Response<ToolFeedbackResponse>, Status> {
         handle(request, |principal, message| async move {
-            RememberServer::record_tool_feedback(self, &principal, message).await
+            let reply = RememberServer::record_tool_feedback(self, &principal, message).await;
+            self.note_change(&principal, &reply).await;
+            reply
         })
         .await
     }

@@ -256,7 +256,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
             "memory_stats",
             "Memory statistics",
             "Counts of your memories (by type, tier and topic), links, cases and embeddings, \
-             and how recall and feedback went over the last 7 days.",
+             and how recall and feedback went over the last 7 days. Your writes show at once; \
+             background work (embeddings, consolidation) and searches within seconds.",
             stats,
         )
         .example(json!({})),

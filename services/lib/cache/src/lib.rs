@@ -13,7 +13,8 @@
 //! ([`Cache::wake_embedding_worker`], [`WakeListener`]), and [`surfacing`]
 //! (rate window, cooldown, dedup and invalidation of active surfacing),
 //! [`proxy`] (progressive results, the upstream result cache and the
-//! upstream-change channel).
+//! upstream-change channel), [`stats`] (cached `memory_stats` answers and
+//! each tenant's change number).
 //! [`activity`] (each session's activity log, for automatic reflection),
 //! [`sessions`] (MCP session records and each tenant's index of them),
 //! [`admin`] (dashboard sign-ins), [`rate_limit`] (shared request
@@ -28,12 +29,14 @@ pub mod proxy;
 pub mod rate_limit;
 pub mod relay;
 pub mod sessions;
+pub mod stats;
 pub mod surfacing;
 
 pub use activity::{ActivityEntry, ActivityOwner, SessionActivity};
 pub use rate_limit::{Admission, Bucket};
 pub use relay::{Relay, RelayMessages, Relayed};
 pub use sessions::{SessionLifetime, SessionRecord};
+pub use stats::CachedStats;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

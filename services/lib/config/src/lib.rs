@@ -644,6 +644,8 @@ pub struct RecallConfig {
     pub default_token_budget: usize,
     pub hnsw_ef_search: usize,
     pub query_embedding_cache: Duration,
+    /// Zero: `memory_stats` answers are not cached.
+    pub stats_cache: Duration,
     pub vector_weight: f64,
     pub fulltext_weight: f64,
     pub keyword_weight: f64,
@@ -664,6 +666,11 @@ pub struct RecallConfig {
     pub spreading_activation_step: f32,
     pub spreading_activation_dedup: Duration,
 }
+
+/// Longest a `memory_stats` answer may be cached: the cache stores tenant
+/// change numbers for a week, so an answer must be gone long before one can
+/// expire and start again (see `mneme_cache::stats`).
+const MAX_STATS_CACHE: Duration = Duration::from_secs(3600);
 
 /// Bounds of the adaptive similarity floor.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -1090,6 +1097,7 @@ impl Config {
             query_embedding_cache: Duration::from_secs(
                 r.value(settings::QUERY_EMBEDDING_CACHE_SECS),
             ),
+            stats_cache: Duration::from_secs(r.value(settings::STATS_CACHE_SECS)),
             vector_weight: r.value(settings::RECALL_VECTOR_WEIGHT),
             fulltext_weight: r.value(settings::RECALL_FULLTEXT_WEIGHT),
             keyword_weight: r.value(settings::RECALL_KEYWORD_WEIGHT),
@@ -1109,6 +1117,13 @@ impl Config {
                 r.value(settings::SPREADING_ACTIVATION_DEDUP_SECS),
             ),
         };
+        if recall.stats_cache > MAX_STATS_CACHE {
+            r.problem(format!(
+                "{} must be at most {}",
+                settings::STATS_CACHE_SECS.name,
+                MAX_STATS_CACHE.as_secs()
+            ));
+        }
         let floor = AdaptiveFloor {
             start: r.value(settings::ADAPTIVE_FLOOR_START),
             min: r.value(settings::ADAPTIVE_FLOOR_MIN),

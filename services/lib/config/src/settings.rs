@@ -208,6 +208,8 @@ settings! {
             "pgvector `hnsw.ef_search` for vector search (higher: better recall, slower). Iterative scans are always on, so tenant filters cannot starve results.";
         QUERY_EMBEDDING_CACHE_SECS = "MNEME_QUERY_EMBEDDING_CACHE_SECS", Some("3600"),
             "How long query embeddings are cached in Redis (0 disables the cache).";
+        STATS_CACHE_SECS = "MNEME_STATS_CACHE_SECS", Some("5"),
+            "How long a `memory_stats` answer is cached in Redis (0 disables the cache, at most 3600). Writes through mneme and new embeddings show at once; searches counted and scheduled consolidation runs show within this time.";
         QUERY_EXPANSION_HITS = "MNEME_QUERY_EXPANSION_HITS", Some("0"),
             "Pseudo-relevance feedback for the vector layer: the query vector is blended with the mean of this many best vector hits and the layer searched again (0 turns it off).";
         QUERY_EXPANSION_QUERY_WEIGHT = "MNEME_QUERY_EXPANSION_QUERY_WEIGHT", Some("0.7"),

@@ -76,8 +76,8 @@ impl Harness {
         let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
         Self {
             remember: RememberServer::new(store.clone(), cache.clone(), remember),
-            recall: RecallServer::new(store.clone(), cache, embedder.clone(), recall),
-            worker: EmbeddingWorker::new(store, embedder, 32),
+            recall: RecallServer::new(store.clone(), cache.clone(), embedder.clone(), recall),
+            worker: EmbeddingWorker::new(store, embedder, 32).with_cache(cache),
             tenant,
             redis,
             db,
