@@ -86,9 +86,22 @@ use tower_http::trace::TraceLayer;
 pub use backends::{BackendSettings, Backends, ProgressFuture};
 pub use tools::reference::tools_markdown;
 
-/// Shared state of the gateway's handlers. Cheap to clone.
+/// Shared state of the gateway's handlers: one reference count to clone,
+/// as axum does for every stateful middleware of every request.
 #[derive(Debug, Clone)]
-pub struct App {
+pub struct App(Arc<AppState>);
+
+impl std::ops::Deref for App {
+    type Target = AppState;
+
+    fn deref(&self) -> &AppState {
+        &self.0
+    }
+}
+
+/// What [`App`] shares.
+#[derive(Debug)]
+pub struct AppState {
     store: Store,
     cache: Cache,
     keys: auth::KeyResolver,
@@ -127,7 +140,7 @@ impl App {
     ) -> anyhow::Result<Self> {
         let gateway = &config.gateway;
         let oauth = oauth::OAuth::new(config, store.clone(), cache.clone(), internal_token)?;
-        Ok(Self {
+        Ok(Self(Arc::new(AppState {
             oauth: Arc::new(oauth),
             keys: auth::KeyResolver::new(store.clone(), gateway.auth_cache),
             sessions: Arc::new(session::SessionLayer::new(
@@ -174,7 +187,7 @@ impl App {
             public_url: gateway.public_url.clone(),
             limits: catalog::PublicLimits::from_config(config),
             accepting: Arc::new(AtomicBool::new(true)),
-        })
+        })))
     }
 }
 

@@ -71,8 +71,9 @@ pub struct CacheError(#[from] fred::error::Error);
 #[derive(Clone)]
 pub struct Cache {
     client: Client,
-    config: Config,
-    prefix: String,
+    /// Shared, like the client: handles are cloned per request.
+    config: Arc<Config>,
+    prefix: Arc<str>,
     /// False while Redis, though connected, answers nothing.
     answering: Arc<AtomicBool>,
 }
@@ -249,8 +250,8 @@ impl Cache {
         tokio::spawn(watch_answers(client.clone(), Arc::downgrade(&answering)));
         Ok(Self {
             client,
-            config,
-            prefix: prefix.to_owned(),
+            config: Arc::new(config),
+            prefix: prefix.into(),
             answering,
         })
     }
@@ -266,7 +267,7 @@ impl Cache {
     }
 
     fn key(&self, parts: &[&str]) -> String {
-        let mut key = self.prefix.clone();
+        let mut key = String::from(&*self.prefix);
         key.push_str(&parts.join(":"));
         key
     }

@@ -168,7 +168,9 @@ impl Default for StoreOptions {
 pub struct Store {
     pool: Pool,
     /// What the pool connects with, for the answer probe's own connection.
-    connect: (tokio_postgres::Config, tls::MakeRustlsConnect),
+    /// Shared: handles are cloned per request, and the configuration is
+    /// dozens of allocations.
+    connect: Arc<(tokio_postgres::Config, tls::MakeRustlsConnect)>,
     /// False while the server, though reachable, answers nothing.
     answering: Arc<watch::Sender<bool>>,
 }
@@ -194,10 +196,11 @@ const PROBES_MISSED: u32 = 3;
 /// hang: the pool fails fast on its own then. Ends with the last clone of
 /// its [`Store`].
 async fn watch_answers(
-    (config, tls): (tokio_postgres::Config, tls::MakeRustlsConnect),
+    connect: Arc<(tokio_postgres::Config, tls::MakeRustlsConnect)>,
     answering: Weak<watch::Sender<bool>>,
     every: Duration,
 ) {
+    let (config, tls) = &*connect;
     let mut probe: Option<tokio_postgres::Client> = None;
     let mut missed = 0;
     instrument::ANSWERING.set(1);
@@ -277,7 +280,7 @@ impl Store {
         instrument::watch_pool(&pool);
         Ok(Self {
             pool,
-            connect,
+            connect: Arc::new(connect),
             answering: Arc::new(watch::channel(true).0),
         })
     }
