@@ -4,7 +4,7 @@
 //! (`search_traces`). Everything is limited to what the caller can read.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Utc};
 use mneme_core::principal::resolve_agent_id;
@@ -49,6 +49,27 @@ static STATS_CACHE: LazyLock<IntCounterVec> = LazyLock::new(|| {
         .expect("valid metric"),
     )
 });
+
+/// `memory_stats` answers by tenant, view and change number: the shared
+/// cache's entries, held in the process for as long, so that calls missing
+/// the shared cache together wait for one computation instead of each
+/// running its own.
+#[derive(Debug, Clone)]
+pub(crate) struct StatsAnswers(moka::future::Cache<(Uuid, String, i64), Arc<StatsResponse>>);
+
+impl StatsAnswers {
+    /// Answers kept at most; one per tenant and view asked within `ttl`.
+    const CAPACITY: u64 = 10_000;
+
+    pub(crate) fn new(ttl: std::time::Duration) -> Self {
+        Self(
+            moka::future::Cache::builder()
+                .max_capacity(Self::CAPACITY)
+                .time_to_live(ttl.max(std::time::Duration::from_millis(1)))
+                .build(),
+        )
+    }
+}
 
 /// Names what a `memory_stats` answer depends on besides the tenant: the
 /// keys the caller reads and its agent.
@@ -118,28 +139,45 @@ impl RecallServer {
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let key_ids = principal.readable_key_ids();
         let ttl = self.settings.stats_cache;
-        if ttl.is_zero() {
-            return self.compute_stats(principal, &key_ids, &agent_id).await;
-        }
         let (tenant, view) = (
             principal.tenant_id.to_string(),
             stats_view(&key_ids, &agent_id),
         );
-        let cached = self.cache.cached_stats(&tenant, &view).await;
-        if let Some(answer) = cached.as_ref().and_then(|c| c.answer.as_deref())
-            && let Ok(stats) = StatsResponse::decode(answer)
+        let cached = match ttl.is_zero() {
+            true => None,
+            false => self.cache.cached_stats(&tenant, &view).await,
+        };
+        let Some(cached) = cached else {
+            // Not cached, or Redis is out of reach.
+            return self.compute_stats(principal, &key_ids, &agent_id).await;
+        };
+        if let Some(stats) = cached
+            .answer
+            .and_then(|answer| StatsResponse::decode(answer.as_slice()).ok())
         {
             STATS_CACHE.with_label_values(&["hit"]).inc();
             return Ok(stats);
         }
-        STATS_CACHE.with_label_values(&["miss"]).inc();
-        let stats = self.compute_stats(principal, &key_ids, &agent_id).await?;
-        if let Some(cached) = cached {
-            self.cache
-                .store_stats(&tenant, &view, cached.change, &stats.encode_to_vec(), ttl)
-                .await;
-        }
-        Ok(stats)
+        let flight = (principal.tenant_id, view, cached.change);
+        let stats = self
+            .stats_answers
+            .0
+            // Boxed: the seven pipelined statements make a large future.
+            .try_get_with_by_ref(
+                &flight,
+                Box::pin(async {
+                    STATS_CACHE.with_label_values(&["miss"]).inc();
+                    let stats = self.compute_stats(principal, &key_ids, &agent_id).await?;
+                    let (_, view, change) = &flight;
+                    self.cache
+                        .store_stats(&tenant, view, *change, &stats.encode_to_vec(), ttl)
+                        .await;
+                    Ok::<_, Error>(Arc::new(stats))
+                }),
+            )
+            .await
+            .map_err(|error| (*error).clone())?;
+        Ok(StatsResponse::clone(&stats))
     }
 
     async fn compute_stats(

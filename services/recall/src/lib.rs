@@ -100,6 +100,9 @@ pub struct RecallServer {
     /// `None` when access tracking is off.
     accesses: Option<AccessRecorder>,
     term_stats: TermStatistics,
+    /// `memory_stats` answers this process computed, so that concurrent
+    /// calls missing the shared cache wait for one computation.
+    stats_answers: explore::StatsAnswers,
     settings: Arc<RecallConfig>,
     /// How stored fragments were put into words for their vectors (the
     /// surfacing calibration depends on it).
@@ -138,6 +141,7 @@ impl RecallServer {
             reranker,
             accesses,
             term_stats: TermStatistics::new(&settings),
+            stats_answers: explore::StatsAnswers::new(settings.stats_cache),
             settings: Arc::new(settings),
             passage_recipe: PassageRecipe::from_config(&mneme_config::Config::defaults().embedding),
         }

@@ -590,6 +590,40 @@ async fn stats_count_only_the_callers_memories() {
     assert_eq!((theirs.total, theirs.searches_7d), (0, 0));
 }
 
+/// `mneme_recall_stats_cache_total{outcome}` so far in this process.
+fn stats_cache_count(outcome: &str) -> f64 {
+    mneme_telemetry::metrics::registry()
+        .gather()
+        .iter()
+        .filter(|family| family.name() == "mneme_recall_stats_cache_total")
+        .flat_map(|family| family.get_metric())
+        .filter(|metric| metric.get_label().iter().any(|l| l.value() == outcome))
+        .map(|metric| metric.get_counter().get_value())
+        .sum()
+}
+
+#[tokio::test]
+async fn concurrent_stats_calls_that_miss_the_cache_compute_once() {
+    let h = harness().await;
+    h.put(memory("Deploys happen on Tuesdays.", "fact", "deploy"))
+        .await;
+    let (misses, hits) = (stats_cache_count("miss"), stats_cache_count("hit"));
+    let principal = h.principal();
+    let calls = (0..8).map(|_| h.recall.stats(&principal, StatsRequest::default()));
+    for stats in futures::future::join_all(calls).await {
+        assert_eq!(stats.unwrap().total, 1);
+    }
+    // One computation; the other seven waited for it (nextest runs each
+    // test in a process of its own, so the counts are this test's).
+    assert_eq!(stats_cache_count("miss") - misses, 1.0);
+    assert_eq!(stats_cache_count("hit"), hits);
+    h.recall
+        .stats(&principal, StatsRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(stats_cache_count("hit") - hits, 1.0);
+}
+
 #[tokio::test]
 async fn graph_history_reconstruction_traces_and_fetch() {
     let h = harness().await;
