@@ -6,6 +6,9 @@ use mneme_config::{Config, ProcessEnv};
 async fn main() -> anyhow::Result<()> {
     let config = Config::from_env(&ProcessEnv)?;
     let _telemetry = mneme_telemetry::init(&config.log, "mneme-remember");
+    // A separate process cannot work without the token: refuse before
+    // taking any port.
+    config.require_internal_token()?;
     mneme_telemetry::metrics::spawn_exporter(config.metrics_addr);
     let listener = tokio::net::TcpListener::bind(config.remember.grpc_addr).await?;
     mneme_remember::run(config, listener, mneme_telemetry::shutdown_signal()).await
