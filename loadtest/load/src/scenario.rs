@@ -24,7 +24,7 @@ pub enum Scenario {
     Recall,
     /// `recall` and `remember` in the ratio of `--mix`.
     Mixed,
-    /// `memory_stats`, the cheapest tool that still reads the database.
+    /// `memory_stats`, the cheapest tool (cached between writes).
     Stats,
     /// A new MCP session per request (`initialize`, then `memory_stats`),
     /// as connector hosts do; both are timed together.
