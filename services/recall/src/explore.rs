@@ -139,16 +139,15 @@ impl RecallServer {
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let key_ids = principal.readable_key_ids();
         let ttl = self.settings.stats_cache;
+        if ttl.is_zero() {
+            return self.compute_stats(principal, &key_ids, &agent_id).await;
+        }
         let (tenant, view) = (
             principal.tenant_id.to_string(),
             stats_view(&key_ids, &agent_id),
         );
-        let cached = match ttl.is_zero() {
-            true => None,
-            false => self.cache.cached_stats(&tenant, &view).await,
-        };
-        let Some(cached) = cached else {
-            // Not cached, or Redis is out of reach.
+        let Some(cached) = self.cache.cached_stats(&tenant, &view).await else {
+            // Redis is out of reach: compute, and cache nothing.
             return self.compute_stats(principal, &key_ids, &agent_id).await;
         };
         if let Some(stats) = cached
