@@ -17,7 +17,7 @@ use mneme_proto::v1::{
 };
 use mneme_store::fragments::{self, Author, SearchScope};
 use mneme_store::links;
-use mneme_store::{TenantTx, api_keys, cases};
+use mneme_store::{Connection, TenantTx, api_keys, cases};
 use uuid::Uuid;
 
 use crate::RememberServer;
@@ -46,6 +46,24 @@ pub(crate) struct Write {
     pub(crate) session_id: Option<String>,
     pub(crate) linked_to: Vec<String>,
     pub(crate) supersedes: Vec<String>,
+}
+
+/// What a conflict lookup needs of a write, owned, so that the lookup can
+/// run while the write's transaction settles the write's case.
+pub(crate) struct ConflictProbe {
+    content: String,
+    agent_id: String,
+    workspace: Option<String>,
+}
+
+impl ConflictProbe {
+    fn of(write: &Write) -> Self {
+        Self {
+            content: write.fragment.content.clone(),
+            agent_id: write.agent_id.clone(),
+            workspace: write.fragment.workspace.clone(),
+        }
+    }
 }
 
 /// What became of one item of a multi-fragment write.
@@ -190,32 +208,32 @@ impl RememberServer {
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
-        write: &Write,
+        probe: &ConflictProbe,
         exclude: Option<Uuid>,
     ) -> Result<Vec<Conflict>> {
         // Candidates share at least two distinctive terms: selective enough
         // for the index to do the work however many fragments exist.
         let Some(tsquery) = self
             .tokenizer
-            .shared_pairs_query(&write.fragment.content, DISTINCTIVE_TERMS)
+            .shared_pairs_query(&probe.content, DISTINCTIVE_TERMS)
         else {
             return Ok(Vec::new());
         };
         let key_ids = principal.readable_key_ids();
         let scope = SearchScope {
             key_ids: &key_ids,
-            agent_id: &write.agent_id,
-            workspace: write.fragment.workspace.as_deref(),
+            agent_id: &probe.agent_id,
+            workspace: probe.workspace.as_deref(),
             ..SearchScope::default()
         };
         let neighbors =
             fragments::lexical_neighbors(tx, &scope, &tsquery, exclude, CONFLICT_CANDIDATES)
                 .await?;
-        let mine = self.tokenizer.lexemes(&write.fragment.content);
+        let mine = self.tokenizer.lexemes(&probe.content);
         let mine: HashSet<&str> = mine.iter().map(String::as_str).collect();
         let mut conflicts: Vec<Conflict> = neighbors
             .into_iter()
-            .filter(|n| n.content != write.fragment.content)
+            .filter(|n| n.content != probe.content)
             .filter_map(|n| {
                 let theirs = self.tokenizer.lexemes(&n.content);
                 let theirs: HashSet<&str> = theirs.iter().map(String::as_str).collect();
@@ -229,6 +247,21 @@ impl RememberServer {
             .collect();
         conflicts.sort_by(|a, b| b.overlap.total_cmp(&a.overlap));
         conflicts.truncate(MAX_CONFLICTS);
+        Ok(conflicts)
+    }
+
+    /// [`Self::conflicts`] in a read-only transaction of its own on
+    /// `client`, so that it runs while the write's transaction does. It
+    /// cannot see the new fragment, which has not committed.
+    async fn conflicts_beside(
+        &self,
+        mut client: Connection,
+        principal: &Principal,
+        probe: &ConflictProbe,
+    ) -> Result<Vec<Conflict>> {
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let conflicts = self.conflicts(&tx, principal, probe, None).await?;
+        tx.commit().await?;
         Ok(conflicts)
     }
 
@@ -463,10 +496,14 @@ impl RememberServer {
     ) {
         if created > 0 {
             let tenant = principal.tenant_id.to_string();
-            self.cache
-                .add_quota_count(&tenant, &principal.key_id.to_string(), i64::from(created))
-                .await;
-            self.cache.wake_embedding_worker(&tenant).await;
+            let key = principal.key_id.to_string();
+            tokio::join!(
+                Box::pin(
+                    self.cache
+                        .add_quota_count(&tenant, &key, i64::from(created))
+                ),
+                Box::pin(self.cache.wake_embedding_worker(&tenant)),
+            );
         }
         self.link_automatically(principal, new_fragments).await;
     }
@@ -542,61 +579,72 @@ impl RememberServer {
         // Before the transaction: a hard gate refuses with nothing begun.
         let policy_warnings = self.policy_gate(principal, &write).await?;
         let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        let quota = self.check_quota(&tx, principal, 1).await;
         if dry_run {
-            let conflicts = self.conflicts(&tx, principal, &write, None).await?;
-            self.resolve_case(&tx, principal, &mut write).await?;
-            let mut warnings = policy_warnings;
-            let quota = match quota {
-                Ok(quota) => Some(quota),
-                Err(error) => {
-                    warnings.push(error.message);
-                    None
-                }
-            };
-            // Nothing of a dry run may persist: the transaction is dropped.
-            drop(tx);
-            return Ok(RememberResponse {
-                keywords: write.fragment.keywords.clone(),
-                importance: write.fragment.importance,
-                ttl_tier: write.fragment.ttl_tier.as_str().to_owned(),
-                redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
-                conflicts,
-                warnings,
-                case_id: write.fragment.case.case_id.clone(),
-                scope: if scope.trim() == "session" {
-                    "session"
-                } else {
-                    "permanent"
-                }
-                .into(),
-                dry_run: true,
-                quota,
-                ..Default::default()
-            });
+            return self
+                .simulate(client, principal, write, &scope, policy_warnings)
+                .await;
         }
-        quota?;
-        self.resolve_case(&tx, principal, &mut write).await?;
-        let author = Author {
-            key_id: principal.key_id,
-            agent_id: &write.agent_id,
-            session_id: write.session_id.as_deref(),
+        // Conflict hints are looked up while the write's transaction runs,
+        // on a connection of their own when one is free (else inside the
+        // transaction, after the insert): a write's acknowledgement then
+        // waits for the longer of the two, not for both.
+        let probe = ConflictProbe::of(&write);
+        let spare = self.store.spare_client().await;
+        let look_inside = spare.is_none();
+        let beside = async {
+            match spare {
+                Some(spare) => Some(self.conflicts_beside(spare, principal, &probe).await),
+                None => None,
+            }
         };
-        let written = fragments::insert(&tx, author, &write.fragment).await?;
-        let outcome = outcome_of(written.outcome);
-        let (links_created, superseded, mut warnings) = if outcome == WriteOutcome::Created {
-            self.after_insert(&tx, principal, &write, written.id)
-                .await?
-        } else {
-            (0, Vec::new(), Vec::new())
+        let store = async {
+            let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+            self.check_quota(&tx, principal, 1).await?;
+            self.resolve_case(&tx, principal, &mut write).await?;
+            let author = Author {
+                key_id: principal.key_id,
+                agent_id: &write.agent_id,
+                session_id: write.session_id.as_deref(),
+            };
+            let written = fragments::insert(&tx, author, &write.fragment).await?;
+            let created = outcome_of(written.outcome) == WriteOutcome::Created;
+            let entailed = if created {
+                self.after_insert(&tx, principal, &write, written.id)
+                    .await?
+            } else {
+                (0, Vec::new(), Vec::new())
+            };
+            let conflicts = if look_inside {
+                self.conflicts(&tx, principal, &probe, Some(written.id))
+                    .await?
+            } else {
+                Vec::new()
+            };
+            tx.commit().await?;
+            Ok::<_, Error>((written, entailed, conflicts))
         };
+        // Boxed: together the two would make every caller's future large.
+        let (beside, stored) = tokio::join!(Box::pin(beside), Box::pin(store));
+        let (written, (links_created, superseded, mut warnings), mut conflicts) = stored?;
         warnings.extend(policy_warnings);
-        let mut conflicts = self
-            .conflicts(&tx, principal, &write, Some(written.id))
-            .await?;
-        tx.commit().await?;
+        match beside {
+            // The lookup could not see the new fragment, but it may have
+            // found the one a replayed write returns.
+            Some(Ok(found)) => {
+                conflicts = found
+                    .into_iter()
+                    .filter(|c| c.id != written.id.to_string())
+                    .collect()
+            }
+            // The write is committed: a failed hint lookup must not fail it.
+            Some(Err(error)) => {
+                tracing::warn!(%error, "conflict hints of a write could not be looked up");
+                warnings.push("conflict hints are unavailable for this write".into());
+            }
+            None => {}
+        }
 
+        let outcome = outcome_of(written.outcome);
         let redactions = u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX);
         let case_id = write.fragment.case.case_id.clone();
         if outcome == WriteOutcome::Created {
@@ -632,6 +680,51 @@ impl RememberServer {
             superseded,
             links_created,
             quota: None,
+        })
+    }
+
+    /// A dry run of [`Self::remember`]: everything a write would report
+    /// (quota, conflicts, case, warnings), in a transaction that is dropped.
+    async fn simulate(
+        &self,
+        mut client: Connection,
+        principal: &Principal,
+        mut write: Write,
+        scope: &str,
+        mut warnings: Vec<String>,
+    ) -> Result<RememberResponse> {
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let quota = self.check_quota(&tx, principal, 1).await;
+        let conflicts = self
+            .conflicts(&tx, principal, &ConflictProbe::of(&write), None)
+            .await?;
+        self.resolve_case(&tx, principal, &mut write).await?;
+        let quota = match quota {
+            Ok(quota) => Some(quota),
+            Err(error) => {
+                warnings.push(error.message);
+                None
+            }
+        };
+        // Nothing of a dry run may persist: the transaction is dropped.
+        drop(tx);
+        Ok(RememberResponse {
+            keywords: write.fragment.keywords.clone(),
+            importance: write.fragment.importance,
+            ttl_tier: write.fragment.ttl_tier.as_str().to_owned(),
+            redactions: u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX),
+            conflicts,
+            warnings,
+            case_id: write.fragment.case.case_id.clone(),
+            scope: if scope.trim() == "session" {
+                "session"
+            } else {
+                "permanent"
+            }
+            .into(),
+            dry_run: true,
+            quota,
+            ..Default::default()
         })
     }
 

@@ -227,7 +227,7 @@ async fn writes_are_validated_redacted_and_idempotent() {
 mod write_path {
     use super::*;
     use mneme_cache::Cache;
-    use mneme_store::{TenantTx, api_keys};
+    use mneme_store::{Store, StoreOptions, TenantTx, api_keys};
 
     struct Harness {
         db: TestDatabase,
@@ -506,6 +506,62 @@ mod write_path {
             h.scalar("SELECT count(*) FROM mneme.fragment_links").await,
             0
         );
+    }
+
+    /// A write's conflict hints are looked up beside its transaction when
+    /// the pool has a connection to spare, and inside it when it has not
+    /// (a pool of one: waiting for a second connection would never end).
+    /// Either way they name the similar memory, never the write itself.
+    #[tokio::test]
+    async fn conflict_hints_are_found_with_or_without_a_spare_connection() {
+        let h = harness().await;
+        let single = RememberServer::new(
+            Store::connect(
+                &h.db.app_url,
+                &StoreOptions {
+                    max_connections: 1,
+                    ..StoreOptions::default()
+                },
+            )
+            .unwrap(),
+            h.cache.clone(),
+            Config::defaults().remember,
+        );
+        let stored = h
+            .remember(
+                None,
+                kind(
+                    "Release builds are signed with the ops GPG key.",
+                    "fact",
+                    "release",
+                ),
+            )
+            .await;
+        for (server, content) in [
+            (
+                &h.server,
+                "Release builds are signed with the ops GPG key every night.",
+            ),
+            (
+                &single,
+                "Release builds are signed with the ops GPG key every week.",
+            ),
+        ] {
+            let written = tokio::time::timeout(
+                std::time::Duration::from_secs(3),
+                server.remember(&h.who(None), kind(content, "fact", "release")),
+            )
+            .await
+            .expect("a write does not wait for a second connection")
+            .unwrap();
+            assert!(
+                written.conflicts.iter().any(|c| c.id == stored.id),
+                "{content}: {:?}",
+                written.conflicts
+            );
+            assert!(written.conflicts.iter().all(|c| c.id != written.id));
+            assert!(written.warnings.is_empty(), "{:?}", written.warnings);
+        }
     }
 
     #[tokio::test]

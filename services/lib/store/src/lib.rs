@@ -67,6 +67,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, ToStatement};
 use uuid::Uuid;
 
+/// A connection from the pool, back in it when dropped.
+pub type Connection = Object;
+
 /// A failure of the database layer.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -363,6 +366,19 @@ impl Store {
             .with_label_values(&[outcome])
             .observe(started.elapsed().as_secs_f64());
         Ok(client?)
+    }
+
+    /// A second connection for optional work beside a transaction the caller
+    /// holds, only if one is free now (or can be opened): `None` rather than
+    /// waiting. Waiting there could deadlock a full pool, every holder of one
+    /// connection waiting for another.
+    pub async fn spare_client(&self) -> Option<Object> {
+        if !*self.answering.borrow() {
+            return None;
+        }
+        let mut timeouts = self.pool.timeouts();
+        timeouts.wait = Some(Duration::ZERO);
+        self.pool.timeout_get(&timeouts).await.ok()
     }
 
     /// `SELECT 1`, for readiness probes.
