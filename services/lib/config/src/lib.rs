@@ -517,6 +517,8 @@ pub struct DatabaseConfig {
     pub migrate_url: Secret,
     pub pool_size: usize,
     pub statement_timeout: Duration,
+    /// Whether statements are prepared once per connection and reused.
+    pub statement_cache: bool,
     /// How often the answer probe runs; zero turns it off.
     pub probe_interval: Duration,
     pub allow_rls_bypass: bool,
@@ -964,6 +966,7 @@ impl Config {
             url: Secret::new(database_url),
             pool_size: r.positive(settings::DB_POOL_SIZE),
             statement_timeout: r.millis(settings::DB_STATEMENT_TIMEOUT_MS),
+            statement_cache: r.flag(settings::DB_STATEMENT_CACHE),
             probe_interval: r.millis(settings::DB_PROBE_INTERVAL_MS),
             allow_rls_bypass: r.flag(settings::ALLOW_RLS_BYPASS),
             ca_file: r.optional(settings::DATABASE_CA_FILE),

@@ -40,6 +40,8 @@ settings! {
             "Maximum PostgreSQL connections per process.";
         DB_STATEMENT_TIMEOUT_MS = "MNEME_DB_STATEMENT_TIMEOUT_MS", Some("10000"),
             "Server-side statement timeout for service connections, in milliseconds (0 disables it).";
+        DB_STATEMENT_CACHE = "MNEME_DB_STATEMENT_CACHE", Some("true"),
+            "Prepare each SQL statement once per connection and reuse it, saving a round trip and a parse per execution (plans are still made per execution). Turn it off behind a connection pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21, or with `max_prepared_statements = 0`).";
         DB_PROBE_INTERVAL_MS = "MNEME_DB_PROBE_INTERVAL_MS", Some("1000"),
             "How often each process checks, on a connection of its own, that PostgreSQL answers, in milliseconds (0 turns the check off). After three checks in a row get no answer within this interval (a hung server or a network partition: connections stay open and nothing is answered or refused), calls fail at once with `unavailable` instead of each waiting out `MNEME_BACKEND_TIMEOUT_MS`, until a check is answered again.";
         ALLOW_RLS_BYPASS = "MNEME_ALLOW_RLS_BYPASS", Some("false"),

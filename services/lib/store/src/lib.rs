@@ -56,6 +56,7 @@ use std::ops::Deref;
 use std::panic::Location;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ use mneme_core::{Error as ApiError, ErrorCode};
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Row, ToStatement};
+use tokio_postgres::{Row, Statement};
 use uuid::Uuid;
 
 /// A connection from the pool, back in it when dropped.
@@ -153,6 +154,8 @@ pub struct StoreOptions {
     pub acquire_timeout: Duration,
     /// Extra trusted CA certificates (PEM) for TLS; see [`tls`].
     pub ca_file: Option<PathBuf>,
+    /// Whether [`TenantTx`] prepares each statement once per connection.
+    pub statement_cache: bool,
 }
 
 impl Default for StoreOptions {
@@ -162,9 +165,15 @@ impl Default for StoreOptions {
             statement_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(5),
             ca_file: None,
+            statement_cache: true,
         }
     }
 }
+
+/// [`StoreOptions::statement_cache`] of the process, as [`Store::connect`]
+/// last set it: a transaction is opened on a bare pooled connection, and a
+/// process has one database configuration.
+static STATEMENT_CACHE: AtomicBool = AtomicBool::new(true);
 
 /// The database handle every service shares. Cheap to clone.
 #[derive(Clone)]
@@ -258,12 +267,18 @@ impl Store {
         if pg.get_application_name().is_none() {
             pg.application_name("mneme");
         }
+        // Statements are prepared once per connection (`TenantTx`), but
+        // planned per execution: a generic plan cannot fold away the optional
+        // filters of a search or prune partitions by tenant at plan time.
+        let mut server_options = String::from("-c plan_cache_mode=force_custom_plan");
         if !options.statement_timeout.is_zero() {
-            pg.options(format!(
-                "-c statement_timeout={}",
+            server_options.push_str(&format!(
+                " -c statement_timeout={}",
                 options.statement_timeout.as_millis()
             ));
         }
+        pg.options(server_options);
+        STATEMENT_CACHE.store(options.statement_cache, Ordering::Relaxed);
         pg.connect_timeout(options.acquire_timeout);
         let connect = (pg.clone(), tls.clone());
         let manager = Manager::from_config(
@@ -328,6 +343,7 @@ impl Store {
                 max_connections: config.pool_size,
                 statement_timeout: config.statement_timeout,
                 ca_file: config.ca_file.clone(),
+                statement_cache: config.statement_cache,
                 ..StoreOptions::default()
             },
         )
@@ -526,51 +542,65 @@ impl<'a> TenantTx<'a> {
     // under its call site without changing a call.
 
     #[track_caller]
-    pub fn query<'b, T>(
+    pub fn query<'b>(
         &'b self,
-        statement: &'b T,
+        sql: &'b str,
         params: &'b [&'b (dyn ToSql + Sync)],
     ) -> impl Future<Output = std::result::Result<Vec<Row>, tokio_postgres::Error>> + Send + 'b
-    where
-        T: ?Sized + ToStatement + Sync,
     {
-        instrument::statement(Location::caller(), self.tx.query(statement, params))
+        instrument::statement(Location::caller(), async move {
+            let statement = self.statement(sql).await?;
+            self.tx.query(&statement, params).await
+        })
     }
 
     #[track_caller]
-    pub fn query_one<'b, T>(
+    pub fn query_one<'b>(
         &'b self,
-        statement: &'b T,
+        sql: &'b str,
         params: &'b [&'b (dyn ToSql + Sync)],
-    ) -> impl Future<Output = std::result::Result<Row, tokio_postgres::Error>> + Send + 'b
-    where
-        T: ?Sized + ToStatement + Sync,
-    {
-        instrument::statement(Location::caller(), self.tx.query_one(statement, params))
+    ) -> impl Future<Output = std::result::Result<Row, tokio_postgres::Error>> + Send + 'b {
+        instrument::statement(Location::caller(), async move {
+            let statement = self.statement(sql).await?;
+            self.tx.query_one(&statement, params).await
+        })
     }
 
     #[track_caller]
-    pub fn query_opt<'b, T>(
+    pub fn query_opt<'b>(
         &'b self,
-        statement: &'b T,
+        sql: &'b str,
         params: &'b [&'b (dyn ToSql + Sync)],
     ) -> impl Future<Output = std::result::Result<Option<Row>, tokio_postgres::Error>> + Send + 'b
-    where
-        T: ?Sized + ToStatement + Sync,
     {
-        instrument::statement(Location::caller(), self.tx.query_opt(statement, params))
+        instrument::statement(Location::caller(), async move {
+            let statement = self.statement(sql).await?;
+            self.tx.query_opt(&statement, params).await
+        })
     }
 
     #[track_caller]
-    pub fn execute<'b, T>(
+    pub fn execute<'b>(
         &'b self,
-        statement: &'b T,
+        sql: &'b str,
         params: &'b [&'b (dyn ToSql + Sync)],
-    ) -> impl Future<Output = std::result::Result<u64, tokio_postgres::Error>> + Send + 'b
-    where
-        T: ?Sized + ToStatement + Sync,
-    {
-        instrument::statement(Location::caller(), self.tx.execute(statement, params))
+    ) -> impl Future<Output = std::result::Result<u64, tokio_postgres::Error>> + Send + 'b {
+        instrument::statement(Location::caller(), async move {
+            let statement = self.statement(sql).await?;
+            self.tx.execute(&statement, params).await
+        })
+    }
+
+    /// `sql` prepared on this connection: with the statement cache on, once
+    /// per connection, saving a round trip and a parse on every later
+    /// execution. Plans are still made per execution either way
+    /// (`plan_cache_mode = force_custom_plan`, set on every connection).
+    async fn statement(&self, sql: &str) -> std::result::Result<Statement, tokio_postgres::Error> {
+        if STATEMENT_CACHE.load(Ordering::Relaxed) {
+            self.tx.prepare_cached(sql).await
+        } else {
+            self.tx.prepare(sql).await
+        }
     }
 }
 
