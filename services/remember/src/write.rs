@@ -732,9 +732,18 @@ impl RememberServer {
     async fn store_batch(
         &self,
         principal: &Principal,
-        valid: Vec<(usize, Write)>,
+        mut valid: Vec<(usize, Write)>,
         on_stored: impl FnMut(usize),
     ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
+        // Concurrent writes of the same memories wait for each other's
+        // uncommitted rows; inserted in one global order (by content hash)
+        // they never wait in a cycle. Two imports of one key in opposite
+        // orders otherwise deadlocked and, retried together, deadlocked
+        // again. A write that settles a case depends on what precedes it,
+        // so a batch holding one keeps its order (and its retries).
+        if !valid.iter().any(|(_, write)| needs_case_resolution(write)) {
+            valid.sort_by(|(_, a), (_, b)| a.fragment.content_hash.cmp(&b.fragment.content_hash));
+        }
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         self.check_quota(&tx, principal, valid.len() as u64).await?;

@@ -256,6 +256,19 @@ mod write_path {
     }
 
     impl Harness {
+        /// The memory the conflict tests write variants of.
+        async fn signing_fact(&self) -> mneme_proto::v1::RememberResponse {
+            self.remember(
+                None,
+                kind(
+                    "Release builds are signed with the ops GPG key.",
+                    "fact",
+                    "release",
+                ),
+            )
+            .await
+        }
+
         fn who(&self, session: Option<&str>) -> Principal {
             let mut principal = principal(&self.tenant, ALL_PERMISSIONS);
             principal.workspace = None;
@@ -471,16 +484,7 @@ mod write_path {
     async fn dry_runs_report_without_writing_and_conflicts_are_read_only() {
         let h = harness().await;
         set_limit(&h, Some(100)).await;
-        let stored = h
-            .remember(
-                None,
-                kind(
-                    "Release builds are signed with the ops GPG key.",
-                    "fact",
-                    "release",
-                ),
-            )
-            .await;
+        let stored = h.signing_fact().await;
         let dry = h
             .remember(
                 None,
@@ -527,16 +531,7 @@ mod write_path {
             h.cache.clone(),
             Config::defaults().remember,
         );
-        let stored = h
-            .remember(
-                None,
-                kind(
-                    "Release builds are signed with the ops GPG key.",
-                    "fact",
-                    "release",
-                ),
-            )
-            .await;
+        let stored = h.signing_fact().await;
         for (server, content) in [
             (
                 &h.server,
@@ -733,9 +728,11 @@ mod write_path {
 
     #[tokio::test]
     async fn concurrent_batches_of_the_same_memories_in_opposite_orders_all_succeed() {
-        // Each batch inserts in chunks; the second chunk of each waits for
-        // rows the other has not committed, a deadlock PostgreSQL breaks by
-        // failing one of them. The failed batch is run again, so both
+        // Each batch inserts in chunks. In the callers' orders the second
+        // chunk of each would wait for rows the other has not committed, a
+        // deadlock PostgreSQL breaks by failing one of them after a second
+        // (and again when both are retried together); batches are stored in
+        // content-hash order instead, so one waits for the other and both
         // callers get their answer.
         let h = harness().await;
         let who = h.who(None);

@@ -53,18 +53,41 @@ fn scope(keys: &[Uuid]) -> SearchScope<'_> {
     }
 }
 
+/// A tenant holding one memory about a ledger among 3,000 about the
+/// weather, written in one bulk insert and analysed: finding the rare term
+/// through its index is then the cheapest plan, if the index may be used.
+async fn ledger_among_fillers(db: &TestDatabase, store: &Store, name: &str) -> TestTenant {
+    let tenant = create_tenant(store, name, ALL_PERMISSIONS).await;
+    remember(store, &tenant, "The ledger closes at midnight UTC.").await;
+    let fillers: Vec<_> = (0..3000)
+        .map(|i| prepared(&format!("Filler note {i} about the weather."), "test"))
+        .collect();
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let rows: Vec<_> = fillers.iter().map(|f| (author(&tenant), f)).collect();
+    fragments::insert_many(&tx, &rows).await.unwrap();
+    tx.commit().await.unwrap();
+    db.owner_client()
+        .await
+        .batch_execute("ANALYZE mneme.fragments")
+        .await
+        .unwrap();
+    tenant
+}
+
 /// Searches read the GIN indexes whole, not through a pending list of
 /// unmerged entries (migrations/V25): right after a bulk write, with no
-/// VACUUM in between, the planner still takes the index for a rare term
-/// (a pending list of 3,000 memories makes a sequential scan look cheaper)
-/// and the index search reads a handful of pages.
+/// VACUUM in between, a rare term's index search reads a handful of pages
+/// (60 with the pending list 3,000 new memories leave).
 #[tokio::test]
 async fn gin_indexes_serve_searches_right_after_writes() {
     let db = TestDatabase::create().await;
     let store = db.store();
-    let owner = Store::connect(&db.owner_url, &StoreOptions::default()).unwrap();
-    let owner = owner.client().await.unwrap();
-    let lazy: Vec<String> = owner
+    let lazy: Vec<String> = db
+        .owner_client()
+        .await
         .query(
             "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_am am ON am.oid = c.relam
               WHERE am.amname = 'gin' AND c.relkind = 'i'
@@ -79,23 +102,8 @@ async fn gin_indexes_serve_searches_right_after_writes() {
         .collect();
     assert!(lazy.is_empty(), "GIN indexes with a pending list: {lazy:?}");
 
-    let tenant = create_tenant(&store, "fresh", ALL_PERMISSIONS).await;
-    remember(&store, &tenant, "The ledger closes at midnight UTC.").await;
-    let fillers: Vec<_> = (0..3000)
-        .map(|i| prepared(&format!("Filler note {i} about the weather."), "test"))
-        .collect();
+    let tenant = ledger_among_fillers(&db, &store, "fresh").await;
     let mut client = store.client().await.unwrap();
-    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
-        .await
-        .unwrap();
-    let rows: Vec<_> = fillers.iter().map(|f| (author(&tenant), f)).collect();
-    fragments::insert_many(&tx, &rows).await.unwrap();
-    tx.commit().await.unwrap();
-    owner
-        .batch_execute("ANALYZE mneme.fragments")
-        .await
-        .unwrap();
-
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .unwrap();
@@ -133,29 +141,8 @@ async fn text_and_keyword_indexes_serve_searches_under_row_level_security() {
     let db = TestDatabase::create().await;
     let store = db.store();
     assert!(store.check_search_operators().await.unwrap());
-    let tenant = create_tenant(&store, "indexed", ALL_PERMISSIONS).await;
-    remember(&store, &tenant, "The ledger closes at midnight UTC.").await;
-    // Enough other memories, analysed, that finding the one rare term
-    // through its index is the cheapest plan, if the index may be used.
-    let fillers: Vec<_> = (0..3000)
-        .map(|i| prepared(&format!("Filler note {i} about the weather."), "test"))
-        .collect();
+    let tenant = ledger_among_fillers(&db, &store, "indexed").await;
     let mut client = store.client().await.unwrap();
-    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
-        .await
-        .unwrap();
-    let rows: Vec<_> = fillers.iter().map(|f| (author(&tenant), f)).collect();
-    fragments::insert_many(&tx, &rows).await.unwrap();
-    tx.commit().await.unwrap();
-    let owner = Store::connect(&db.owner_url, &StoreOptions::default()).unwrap();
-    owner
-        .client()
-        .await
-        .unwrap()
-        .batch_execute("ANALYZE mneme.fragments")
-        .await
-        .unwrap();
-
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .unwrap();
