@@ -77,6 +77,23 @@ async fn ledger_among_fillers(db: &TestDatabase, store: &Store, name: &str) -> T
     tenant
 }
 
+/// The plan, as `EXPLAIN (<options>)` prints it, of a search of the
+/// transaction's tenant for `condition`.
+async fn explain(tx: &TenantTx<'_>, options: &str, condition: &str) -> Vec<String> {
+    tx.query(
+        &format!(
+            "EXPLAIN ({options}) SELECT id FROM mneme.fragments
+              WHERE tenant_id = $1 AND {condition}"
+        ),
+        &[&tx.tenant_id()],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.get(0))
+    .collect()
+}
+
 /// Searches read the GIN indexes whole, not through a pending list of
 /// unmerged entries (migrations/V25): right after a bulk write, with no
 /// VACUUM in between, a rare term's index search reads a handful of pages
@@ -107,17 +124,7 @@ async fn gin_indexes_serve_searches_right_after_writes() {
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .unwrap();
-    let plan: Vec<String> = tx
-        .query(
-            "EXPLAIN (ANALYZE, BUFFERS) SELECT id FROM mneme.fragments
-              WHERE tenant_id = $1 AND search_tsv @@ 'ledger'::tsquery",
-            &[&tenant.tenant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let plan = explain(&tx, "ANALYZE, BUFFERS", "search_tsv @@ 'ledger'::tsquery").await;
     let index_scan = plan
         .iter()
         .position(|line| line.contains("Bitmap Index Scan"))
@@ -153,19 +160,7 @@ async fn text_and_keyword_indexes_serve_searches_under_row_level_security() {
         "search_tsv @@ 'ledger'::tsquery",
         "keywords && ARRAY['ledger']",
     ] {
-        let plan: Vec<String> = tx
-            .query(
-                &format!(
-                    "EXPLAIN SELECT id FROM mneme.fragments
-                      WHERE tenant_id = $1 AND {condition}"
-                ),
-                &[&tenant.tenant_id],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect();
+        let plan = explain(&tx, "COSTS", condition).await;
         let index_condition = plan
             .iter()
             .find(|line| line.contains("Index Cond"))
