@@ -6,7 +6,7 @@ use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::Tokenizer;
 use mneme_store::api_keys::NewKey;
 use mneme_store::fragments::{self, Author, ForgetTarget, SearchScope, WriteOutcome};
-use mneme_store::{Store, StoreOptions, TenantTx, api_keys, key_groups, tenants};
+use mneme_store::{Store, StoreOptions, TenantTx, api_keys, key_groups, links, tenants};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
 use uuid::Uuid;
@@ -649,4 +649,48 @@ async fn key_groups_share_reading_between_their_members_only() {
     );
     assert!(key_groups::delete(&tx, group.id).await.unwrap());
     tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn link_upserts_create_readable_edges_and_restore_the_planning_mode() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "linked", ALL_PERMISSIONS).await;
+    let other_key = create_tenant(&store, "elsewhere", ALL_PERMISSIONS).await;
+    let from = remember(&store, &tenant, "The release train leaves on Tuesdays.").await;
+    let to = remember(&store, &tenant, "Hotfixes may board the train any day.").await;
+    let foreign = remember(&store, &other_key, "Another tenant's memory.").await;
+    let edge = |to_id| links::Edge {
+        from_id: from,
+        to_id,
+        relation_type: "related".into(),
+        weight: 0.5,
+    };
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let created = links::upsert_edges(&tx, &[tenant.key_id], &[edge(to), edge(foreign)])
+        .await
+        .unwrap();
+    assert_eq!(
+        created,
+        vec![(from, to, "related".to_owned())],
+        "another tenant's memory is never linked"
+    );
+    // The foreign-key checks ran with generic plans; the statements after
+    // them in the transaction are planned per execution again.
+    let mode: String = tx
+        .query_one("SHOW plan_cache_mode", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mode, "force_custom_plan");
+    tx.commit().await.unwrap();
+    assert_eq!(
+        db.count_rows(tenant.tenant_id, "fragment_links", "weight = 0.5")
+            .await,
+        1
+    );
 }
