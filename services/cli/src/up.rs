@@ -105,12 +105,7 @@ pub async fn up(
         )
     });
 
-    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
-        .with_recipe(mneme_embed::PassageRecipe::from_config(&config.embedding))
-        .with_retries(
-            config.embedding.max_attempts,
-            config.embedding.retry_backoff,
-        )
+    let worker = EmbeddingWorker::from_config(store.clone(), embedder, &config.embedding)
         .with_cache(cache.clone());
     let (sweep, worker_stop) = (config.embedding.worker_sweep_interval, stop.clone());
     tasks.spawn(async move {

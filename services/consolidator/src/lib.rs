@@ -121,6 +121,14 @@ static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
 
 /// Consumes the embedding queue.
 ///
+/// Several batches of a tenant are in flight at once (`batches_in_flight`,
+/// two by default), each in its own transaction, but the model embeds one
+/// batch at a time (`embedding_turn`): while one batch's vectors are stored
+/// (an index insertion per row, a few milliseconds each), the next batch is
+/// being embedded. Letting the batches embed at once instead would
+/// interleave them chunk by chunk on the model's lock, so all of them would
+/// reach the database together and the model would wait for it again.
+///
 /// The batch size adapts: a batch the provider cannot finish in time (it is
 /// slow or the machine is loaded) halves the next one, down to a single
 /// fragment, and every batch that succeeds grows it back towards the
@@ -132,6 +140,9 @@ pub struct EmbeddingWorker {
     embedder: Arc<dyn Embedder>,
     batch_size: usize,
     current_batch_size: Arc<AtomicUsize>,
+    batches_in_flight: usize,
+    /// Held while a batch is embedded (see the type's docs).
+    embedding_turn: Arc<tokio::sync::Mutex<()>>,
     max_attempts: i16,
     retry_backoff: Duration,
     recipe: PassageRecipe,
@@ -150,12 +161,32 @@ impl EmbeddingWorker {
             embedder,
             batch_size: batch_size.max(1),
             current_batch_size: Arc::new(AtomicUsize::new(batch_size.max(1))),
+            batches_in_flight: defaults.worker_batches_in_flight,
+            embedding_turn: Arc::default(),
             max_attempts: defaults.max_attempts,
             retry_backoff: defaults.retry_backoff,
             recipe: PassageRecipe::from_config(&defaults),
             up_to_date: Arc::default(),
             cache: None,
         }
+    }
+
+    /// A worker with every embedding setting of `config`.
+    pub fn from_config(
+        store: Store,
+        embedder: Arc<dyn Embedder>,
+        config: &mneme_config::EmbeddingConfig,
+    ) -> Self {
+        Self::new(store, embedder, config.worker_batch_size)
+            .with_recipe(PassageRecipe::from_config(config))
+            .with_retries(config.max_attempts, config.retry_backoff)
+            .with_batches_in_flight(config.worker_batches_in_flight)
+    }
+
+    /// Batches of one tenant worked on at once (at least one).
+    pub fn with_batches_in_flight(mut self, batches: usize) -> Self {
+        self.batches_in_flight = batches.max(1);
+        self
     }
 
     /// Listens for embedding wake-ups on `cache`, and tells it when a
@@ -211,7 +242,11 @@ impl EmbeddingWorker {
             .iter()
             .map(|p| self.recipe.text(&p.topic, &p.content))
             .collect();
-        let vectors = match self.embedder.embed(&texts, TextKind::Passage).await {
+        let embedded = {
+            let _turn = self.embedding_turn.lock().await;
+            self.embedder.embed(&texts, TextKind::Passage).await
+        };
+        let vectors = match embedded {
             Ok(vectors) => {
                 self.adapt_batch_size(batch_size, true);
                 vectors
@@ -290,11 +325,13 @@ impl EmbeddingWorker {
     ) -> Result<usize, WorkerError> {
         let mut rejected = Vec::new();
         for (item, text) in pending.iter().zip(texts) {
-            match self
-                .embedder
-                .embed(std::slice::from_ref(text), TextKind::Passage)
-                .await
-            {
+            let embedded = {
+                let _turn = self.embedding_turn.lock().await;
+                self.embedder
+                    .embed(std::slice::from_ref(text), TextKind::Passage)
+                    .await
+            };
+            match embedded {
                 Ok(mut vectors) => {
                     let vector = Vector::from(vectors.pop().unwrap_or_default());
                     self.store_vectors(tx, &[item.id], &[vector]).await?;
@@ -324,7 +361,29 @@ impl EmbeddingWorker {
     /// Embeds batches until the tenant's queue is empty or `stop` fires,
     /// then re-embeds its stale vectors for at most [`STALE_SLICE`], so a
     /// tenant re-embedding a large store cannot hold up the others' queues.
+    /// `batches_in_flight` lanes take batches side by side.
     pub async fn drain_tenant(
+        &self,
+        tenant_id: Uuid,
+        stop: &CancellationToken,
+    ) -> Result<usize, WorkerError> {
+        let lanes = (0..self.batches_in_flight).map(|_| Box::pin(self.drain_lane(tenant_id, stop)));
+        let total: usize = futures::future::try_join_all(lanes)
+            .await?
+            .into_iter()
+            .sum();
+        if total > 0 {
+            tracing::info!(tenant.id = %tenant_id, count = total, "fragments embedded");
+            if let Some(cache) = &self.cache {
+                cache.note_tenant_changed(&tenant_id.to_string()).await;
+            }
+        }
+        Ok(total)
+    }
+
+    /// One lane of [`Self::drain_tenant`]: batch after batch until none is
+    /// left to take (the other lanes may still hold some).
+    async fn drain_lane(
         &self,
         tenant_id: Uuid,
         stop: &CancellationToken,
@@ -344,12 +403,6 @@ impl EmbeddingWorker {
                     > STALE_SLICE
             {
                 break;
-            }
-        }
-        if total > 0 {
-            tracing::info!(tenant.id = %tenant_id, count = total, "fragments embedded");
-            if let Some(cache) = &self.cache {
-                cache.note_tenant_changed(&tenant_id.to_string()).await;
             }
         }
         Ok(total)
@@ -458,13 +511,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let store = Store::open(&config).await?;
     let cache = Cache::from_config(&config.redis).await?;
     let embedder = mneme_embed::from_config(&config.embedding)?;
-    let worker = EmbeddingWorker::new(store.clone(), embedder, config.embedding.worker_batch_size)
-        .with_recipe(PassageRecipe::from_config(&config.embedding))
-        .with_retries(
-            config.embedding.max_attempts,
-            config.embedding.retry_backoff,
-        )
-        .with_cache(cache);
+    let worker =
+        EmbeddingWorker::from_config(store.clone(), embedder, &config.embedding).with_cache(cache);
     let stop = CancellationToken::new();
     let embedding = tokio::spawn(worker.run(config.embedding.worker_sweep_interval, stop.clone()));
     let consolidation = config.consolidation.enabled.then(|| {

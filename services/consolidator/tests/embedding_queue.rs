@@ -5,7 +5,8 @@
 //! smaller batches until they go through. Vectors computed by another model
 //! or from another passage recipe are stale: the worker re-embeds them once
 //! the tenant's queue is empty, with the current recipe's text, and new
-//! fragments go first.
+//! fragments go first. Batches in flight side by side take turns on the
+//! model and never embed a fragment twice.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -262,7 +263,9 @@ async fn batches_shrink_until_a_slow_provider_keeps_up_then_grow_back() {
             .await
             .unwrap();
     }
-    let worker = EmbeddingWorker::new(store.clone(), Arc::new(Overloaded { most: 5 }), 32);
+    // One batch in flight, so that each drain adapts the size exactly once.
+    let worker = EmbeddingWorker::new(store.clone(), Arc::new(Overloaded { most: 5 }), 32)
+        .with_batches_in_flight(1);
     let stop = CancellationToken::new();
     // 32 and 16 and 8 miss the deadline; 4 goes through.
     for expected_next in [16, 8, 4] {
@@ -543,5 +546,79 @@ async fn a_parked_stale_vector_is_requeued_with_the_parked_fragments() {
         count("embedding_parked_at IS NULL AND embedding_recipe = 1").await,
         1,
         "the requeued stale vector was replaced"
+    );
+}
+
+/// Takes `pause` per call and records when each call ran and what it got.
+#[derive(Debug)]
+struct Slow {
+    pause: Duration,
+    calls: Mutex<Vec<(std::time::Instant, std::time::Instant)>>,
+    texts: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Embedder for Slow {
+    fn model_id(&self) -> &str {
+        "slow"
+    }
+    fn dimension(&self) -> usize {
+        384
+    }
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let started = std::time::Instant::now();
+        tokio::time::sleep(self.pause).await;
+        self.texts.lock().unwrap().extend_from_slice(texts);
+        self.calls
+            .lock()
+            .unwrap()
+            .push((started, std::time::Instant::now()));
+        Ok(texts.iter().map(|_| vec![1.0; 384]).collect())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_in_flight_take_turns_on_the_model_and_embed_each_fragment_once() {
+    let setup = setup().await;
+    let contents: Vec<String> = (0..23)
+        .map(|n| format!("Step {n} of the release checklist."))
+        .collect();
+    for content in &contents {
+        remember(&setup, "release", content).await;
+    }
+    let slow = Arc::new(Slow {
+        pause: Duration::from_millis(20),
+        calls: Mutex::default(),
+        texts: Mutex::default(),
+    });
+    let worker = EmbeddingWorker::new(setup.store.clone(), slow.clone(), 4)
+        .with_recipe(PassageRecipe::Content)
+        .with_batches_in_flight(3);
+    let embedded = worker
+        .drain_tenant(setup.tenant.tenant_id, &CancellationToken::new())
+        .await
+        .unwrap();
+
+    assert_eq!(embedded, contents.len());
+    let mut texts = slow.texts.lock().unwrap().clone();
+    texts.sort();
+    let mut expected = contents.clone();
+    expected.sort();
+    assert_eq!(texts, expected, "every fragment embedded exactly once");
+    let mut calls = slow.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 6, "23 fragments in batches of 4");
+    calls.sort();
+    for pair in calls.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "one batch at a time on the model: {pair:?}"
+        );
+    }
+    assert_eq!(
+        setup
+            .db
+            .count_in_tenant(setup.tenant.tenant_id, "embedding IS NULL")
+            .await,
+        0
     );
 }

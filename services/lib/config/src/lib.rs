@@ -826,6 +826,8 @@ pub struct EmbeddingConfig {
     /// Embed stored fragments as `topic: content` (`MNEME_EMBED_WITH_TOPIC`).
     pub with_topic: bool,
     pub worker_batch_size: usize,
+    /// Batches of one tenant in flight at once (`MNEME_EMBED_BATCHES_IN_FLIGHT`).
+    pub worker_batches_in_flight: usize,
     pub worker_sweep_interval: Duration,
     /// Deadline of one query embedding call (someone is waiting).
     pub query_timeout: Duration,
@@ -1261,6 +1263,7 @@ impl Config {
             },
             with_topic: r.flag(settings::EMBED_WITH_TOPIC),
             worker_batch_size: r.positive(settings::EMBED_BATCH_SIZE),
+            worker_batches_in_flight: r.positive(settings::EMBED_BATCHES_IN_FLIGHT),
             worker_sweep_interval: Duration::from_secs(
                 r.positive(settings::EMBED_SWEEP_SECS) as u64
             ),

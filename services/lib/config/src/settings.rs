@@ -312,6 +312,8 @@ settings! {
             "Embed each fragment as `topic: content` rather than its content alone. The topic is context the content often leaves implicit: on the memtomem corpus it raised vector-only Recall@10 from 0.567 to 0.622 (English) and 0.556 to 0.607 (Korean), and it raises the cosine of two fragments of one topic by about 0.01. Changing it makes every stored vector stale; the embedding worker re-embeds them in the background, and they keep serving searches until then.";
         EMBED_BATCH_SIZE = "MNEME_EMBED_BATCH_SIZE", Some("32"),
             "Fragments the embedding worker embeds per transaction.";
+        EMBED_BATCHES_IN_FLIGHT = "MNEME_EMBED_BATCHES_IN_FLIGHT", Some("2"),
+            "Batches of one tenant the embedding worker works on at once. The model embeds one batch at a time; with two, the next batch is embedded while the previous one's vectors are stored (index updates included), so the model does not wait for the database. On this project's two-core machine, with small tenants, one and two give the same rate (93-94 % of the model's own, docs/BENCHMARKS.md); the overlap pays where storing a batch takes longer (index insertions into a large tenant, a database further away). Each batch in flight holds a database connection.";
         EMBED_SWEEP_SECS = "MNEME_EMBED_SWEEP_SECS", Some("10"),
             "Seconds between the embedding worker's sweeps over all tenants; new fragments are normally picked up at once through a Redis wake-up.";
         EMBED_MAX_ATTEMPTS = "MNEME_EMBED_MAX_ATTEMPTS", Some("5"),
