@@ -6,7 +6,8 @@
 //! allow (closed loop, `--concurrency`). After a warm-up that is not
 //! counted, it measures throughput, latency percentiles (HDR histogram)
 //! and failures by kind, and reports them as a table and as JSON. `seed`
-//! fills tenants with generated English and Korean memories first.
+//! fills tenants with generated English and Korean memories first;
+//! `backfill` times the embedding worker on such a queue.
 //!
 //! Layout:
 //! - [`target`]: the endpoint and keys; the loopback check.
@@ -23,12 +24,14 @@
 //! - [`upstream`]: the echo MCP server behind the `surfacing` scenario.
 //! - [`report`]: the table and the JSON report.
 //! - [`db_time`]: a self-hosted run's database time by statement.
+//! - [`backfill`]: the embedding worker's rate against the model's own.
 //! - [`commands`]: the binary's commands as functions (tests call them).
 //!
 //! The binary (`src/main.rs`) is the command line; `loadtest/README.md`
 //! shows how to run each scenario.
 #![forbid(unsafe_code)]
 
+pub mod backfill;
 pub mod commands;
 pub mod data;
 pub mod db_time;

@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 use mneme_bench::harness::parse_setting;
 use mneme_bench::report::write_json;
+use mneme_loadtest::backfill::{self, BackfillOptions, backfill};
 use mneme_loadtest::commands::{RunOptions, TargetChoice, run_load, seed_tenants};
 use mneme_loadtest::db_time;
 use mneme_loadtest::mcp::Lifecycle;
@@ -54,12 +55,8 @@ enum Command {
         /// With --self-hosted: memories stored per tenant before the run.
         #[arg(long, value_name = "N", default_value_t = 200)]
         seed_fragments: usize,
-        /// Write the report as JSON to this file.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// No progress line on stderr.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Fill tenants with generated memories through `batch_remember`.
     Seed {
@@ -77,12 +74,28 @@ enum Command {
         /// `batch_remember` calls in flight at once.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
-        /// Write the report as JSON to this file.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-        /// No progress line on stderr.
-        #[arg(long)]
-        quiet: bool,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Time the embedding worker clearing a seeded queue against the model
+    /// alone on the same texts (self-hosted only).
+    Backfill {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// Memories seeded per tenant.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        fragments: usize,
+        /// Seeds the generated memories.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Seeded memories the model alone embeds for the comparison.
+        #[arg(long, value_name = "N", default_value_t = 256)]
+        sample: usize,
+        /// Seconds before a backfill that has not finished fails.
+        #[arg(long, value_name = "SECS", default_value_t = 1800.0)]
+        timeout: f64,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Serve the echo MCP server that `run surfacing` calls through mneme.
     Upstream {
@@ -122,6 +135,44 @@ struct TargetArgs {
     /// `initialize` and `MCP-Session-Id`.
     #[arg(long)]
     stateless: bool,
+}
+
+#[derive(Debug, Args)]
+struct OutputArgs {
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl OutputArgs {
+    /// Fails before a long run rather than after it when the report cannot
+    /// be written.
+    fn check(&self) -> anyhow::Result<()> {
+        if let Some(parent) = self
+            .json
+            .as_ref()
+            .and_then(|p| p.parent())
+            .filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            bail!(
+                "cannot write the report: {} is not a directory",
+                parent.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn write<T: serde::Serialize>(&self, report: &T) -> anyhow::Result<()> {
+        if let Some(path) = &self.json {
+            write_json(path, report)?;
+            eprintln!("wrote {}", path.display());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -237,22 +288,6 @@ impl LoadArgs {
     }
 }
 
-/// Fails before a long run rather than after it when the report cannot be
-/// written.
-fn check_output(path: Option<&PathBuf>) -> anyhow::Result<()> {
-    if let Some(parent) = path
-        .and_then(|p| p.parent())
-        .filter(|p| !p.as_os_str().is_empty())
-        && !parent.is_dir()
-    {
-        bail!(
-            "cannot write the report: {} is not a directory",
-            parent.display()
-        );
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The self-hosted services log through tracing; only warnings matter
@@ -280,10 +315,9 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             tool,
             seed,
             seed_fragments,
-            json,
-            quiet,
+            output,
         } => {
-            check_output(json.as_ref())?;
+            output.check()?;
             let run_nonce = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64);
@@ -297,17 +331,14 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                     surfacing_tool: tool,
                     lifecycle: target.lifecycle(),
                 },
-                plan: load.plan(!quiet)?,
+                plan: load.plan(!output.quiet)?,
                 seed_fragments,
                 embed_timeout: Duration::from_secs(600),
             };
             let report = run_load(options).await?;
             println!("{}", table(&report));
             print!("{}", db_time::table(&report.database, DB_SITES_SHOWN));
-            if let Some(path) = &json {
-                write_json(path, &report)?;
-                eprintln!("wrote {}", path.display());
-            }
+            output.write(&report)?;
         }
         Command::Seed {
             target,
@@ -315,10 +346,9 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             seed,
             batch_size,
             parallel,
-            json,
-            quiet,
+            output,
         } => {
-            check_output(json.as_ref())?;
+            output.check()?;
             if fragments == 0 {
                 bail!("--fragments must be at least 1");
             }
@@ -328,7 +358,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 batch_size,
                 parallel,
                 lifecycle: target.lifecycle(),
-                progress: !quiet,
+                progress: !output.quiet,
             };
             let report = seed_tenants(target.choice()?, options).await?;
             println!(
@@ -359,10 +389,32 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 println!("  rejected ({code}): {message}");
             }
             print!("{}", db_time::table(&report.database, DB_SITES_SHOWN));
-            if let Some(path) = &json {
-                write_json(path, &report)?;
-                eprintln!("wrote {}", path.display());
-            }
+            output.write(&report)?;
+        }
+        Command::Backfill {
+            target,
+            fragments,
+            seed,
+            sample,
+            timeout,
+            output,
+        } => {
+            output.check()?;
+            let TargetChoice::SelfHosted(hosted) = target.choice()? else {
+                bail!("backfill needs --self-hosted: it reads the queue in the stack's database");
+            };
+            let options = BackfillOptions {
+                hosted,
+                fragments,
+                seed,
+                sample,
+                timeout: seconds(timeout, "timeout")?,
+                progress: !output.quiet,
+            };
+            let report = backfill(&options).await?;
+            print!("{}", backfill::summary(&report));
+            print!("{}", db_time::table(&report.database, DB_SITES_SHOWN));
+            output.write(&report)?;
         }
         Command::Upstream { listen } => {
             let listener = tokio::net::TcpListener::bind(listen)

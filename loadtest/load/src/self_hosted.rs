@@ -160,6 +160,27 @@ impl SelfHosted {
         self.bench.analyze().await
     }
 
+    /// Memories of all tenants still waiting for their vector.
+    pub async fn pending_embeddings(&self) -> i64 {
+        let mut pending = 0;
+        for tenant in &self.tenants {
+            pending += self.bench.pending_embeddings(tenant.id).await;
+        }
+        pending
+    }
+
+    /// The model id stored with the first tenant's vectors, if any.
+    pub async fn embedding_model(&self) -> anyhow::Result<Option<String>> {
+        let Some(tenant) = self.tenants.first() else {
+            return Ok(None);
+        };
+        Ok(self
+            .bench
+            .embedding_model(tenant.id)
+            .await?
+            .map(|(model, _)| model))
+    }
+
     /// Stops the stack; its database is dropped.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         if let Some(task) = &self.autoanalyze {
