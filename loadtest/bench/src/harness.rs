@@ -90,12 +90,17 @@ impl Bench {
         })
     }
 
-    /// Fragments of `tenant` still waiting for their embedding.
-    pub async fn pending_embeddings(&self, tenant: Uuid) -> i64 {
-        self.stack
-            .db
-            .count_in_tenant(tenant, "embedding IS NULL")
-            .await
+    /// Fragments of `tenants` still waiting for their embedding.
+    pub async fn pending_embeddings(&self, tenants: &[Uuid]) -> i64 {
+        let mut pending = 0;
+        for tenant in tenants {
+            pending += self
+                .stack
+                .db
+                .count_in_tenant(*tenant, "embedding IS NULL")
+                .await;
+        }
+        pending
     }
 
     /// Polls until every fragment of every tenant has an embedding (only
@@ -107,10 +112,7 @@ impl Bench {
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut pending = 0;
-            for tenant in tenants {
-                pending += self.pending_embeddings(*tenant).await;
-            }
+            let pending = self.pending_embeddings(tenants).await;
             if pending == 0 {
                 return Ok(());
             }

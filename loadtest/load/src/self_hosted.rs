@@ -162,11 +162,8 @@ impl SelfHosted {
 
     /// Memories of all tenants still waiting for their vector.
     pub async fn pending_embeddings(&self) -> i64 {
-        let mut pending = 0;
-        for tenant in &self.tenants {
-            pending += self.bench.pending_embeddings(tenant.id).await;
-        }
-        pending
+        let ids: Vec<Uuid> = self.tenants.iter().map(|t| t.id).collect();
+        self.bench.pending_embeddings(&ids).await
     }
 
     /// The model id stored with the first tenant's vectors, if any.

@@ -656,10 +656,10 @@ async fn link_upserts_create_readable_edges_and_restore_the_planning_mode() {
     let db = TestDatabase::create().await;
     let store = db.store();
     let tenant = create_tenant(&store, "linked", ALL_PERMISSIONS).await;
-    let other_key = create_tenant(&store, "elsewhere", ALL_PERMISSIONS).await;
+    let other_tenant = create_tenant(&store, "elsewhere", ALL_PERMISSIONS).await;
     let from = remember(&store, &tenant, "The release train leaves on Tuesdays.").await;
     let to = remember(&store, &tenant, "Hotfixes may board the train any day.").await;
-    let foreign = remember(&store, &other_key, "Another tenant's memory.").await;
+    let foreign = remember(&store, &other_tenant, "Another tenant's memory.").await;
     let edge = |to_id| links::Edge {
         from_id: from,
         to_id,
