@@ -6,7 +6,7 @@ use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::Tokenizer;
 use mneme_store::api_keys::NewKey;
 use mneme_store::fragments::{self, Author, ForgetTarget, SearchScope, WriteOutcome};
-use mneme_store::{Store, StoreOptions, TenantTx, api_keys, key_groups, links, tenants};
+use mneme_store::{Store, StoreOptions, TenantTx, api_keys, cases, key_groups, links, tenants};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
 use uuid::Uuid;
@@ -693,4 +693,74 @@ async fn link_upserts_create_readable_edges_and_restore_the_planning_mode() {
             .await,
         1
     );
+}
+
+#[tokio::test]
+async fn case_events_chain_within_their_tenant_and_record_their_source() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "cased", ALL_PERMISSIONS).await;
+    let other_tenant = create_tenant(&store, "cased-elsewhere", ALL_PERMISSIONS).await;
+    let error = remember(&store, &tenant, "The nightly import failed on a bad row.").await;
+    let foreign = remember(&store, &other_tenant, "Another tenant's error.").await;
+    let event = |tenant: &TestTenant, event_type, source| cases::NewEvent {
+        key_id: tenant.key_id,
+        case_id: "case-import",
+        session_id: Some("s-1"),
+        event_type,
+        summary: "import",
+        entity_keys: &[],
+        source_fragment_id: source,
+    };
+    let append = |tenant_id, event: cases::NewEvent<'static>| {
+        let store = store.clone();
+        async move {
+            let mut client = store.client().await.unwrap();
+            let tx = TenantTx::begin(&mut client, tenant_id).await.unwrap();
+            let id = cases::append(&tx, &event).await.unwrap();
+            tx.commit().await.unwrap();
+            id
+        }
+    };
+
+    // The other tenant's case of the same name comes first; it must not
+    // become the predecessor of this tenant's first event.
+    append(
+        other_tenant.tenant_id,
+        event(&other_tenant, "error_observed", Some(foreign)),
+    )
+    .await;
+    let first = append(
+        tenant.tenant_id,
+        event(&tenant, "error_observed", Some(error)),
+    )
+    .await;
+    let second = append(tenant.tenant_id, event(&tenant, "decision_committed", None)).await;
+    let third = append(tenant.tenant_id, event(&tenant, "fix_attempted", None)).await;
+
+    let owner = db.owner_in_tenant(tenant.tenant_id).await;
+    let chain: Vec<(Uuid, Uuid)> = owner
+        .query(
+            "SELECT from_event, to_event FROM mneme.case_event_edges
+              WHERE tenant_id = $1 AND edge_type = 'preceded_by' ORDER BY from_event",
+            &[&tenant.tenant_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(chain, vec![(second, first), (third, second)]);
+    let evidence: Vec<(Uuid, Uuid)> = owner
+        .query(
+            "SELECT fragment_id, event_id FROM mneme.fragment_evidence
+              WHERE tenant_id = $1 AND kind = 'produced_by'",
+            &[&tenant.tenant_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(evidence, vec![(error, first)], "only the sourced event");
 }

@@ -200,6 +200,12 @@ impl Drop for TestDatabase {
             eprintln!("test failed; database {} kept for inspection", self.name);
             return;
         }
+        // For profiling a benchmark's data after the run (EXPLAIN on what a
+        // load test seeded); the caller drops the database by hand.
+        if std::env::var_os("MNEME_TEST_KEEP_DATABASE").is_some_and(|v| v == "1") {
+            eprintln!("MNEME_TEST_KEEP_DATABASE=1: database {} kept", self.name);
+            return;
+        }
         let conninfo = self.admin_conninfo.clone();
         let name = self.name.clone();
         // Drop must not block the test's runtime; a helper thread with its
