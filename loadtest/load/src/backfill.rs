@@ -15,7 +15,6 @@
 //! vectors, index updates, whatever else the stack does meanwhile); the
 //! target is ≥ 0.9.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -100,8 +99,8 @@ pub async fn backfill(options: &BackfillOptions) -> anyhow::Result<BackfillRepor
 }
 
 async fn measure(hosted: &SelfHosted, options: &BackfillOptions) -> anyhow::Result<BackfillReport> {
-    let config = embedding_config(&options.hosted)?;
-    let texts = sample_texts(options, &config);
+    let config = hosted.config();
+    let texts = sample_texts(options, config);
     let embedder = mneme_embed::from_config(&config.embedding)?;
     let batch_size = config.embedding.worker_batch_size.max(1);
     let model_before = model_rate(embedder.as_ref(), &texts, batch_size).await?;
@@ -178,17 +177,6 @@ async fn measure(hosted: &SelfHosted, options: &BackfillOptions) -> anyhow::Resu
         target_ratio: TARGET_RATIO,
         database,
     })
-}
-
-/// The embedding settings the stack runs with: its environment (model
-/// locations) under the run's `--setting`s.
-fn embedding_config(hosted: &SelfHostedOptions) -> anyhow::Result<Config> {
-    let mut env: HashMap<String, String> = std::env::vars()
-        .filter(|(name, _)| name.starts_with("MNEME_"))
-        .collect();
-    env.insert("MNEME_EMBEDDER".into(), hosted.embedder.clone());
-    env.extend(hosted.settings.iter().cloned());
-    Config::from_env(&env).context("reading the embedding settings")
 }
 
 /// The first `sample` memories of the seeding (key by key in turn), as

@@ -160,6 +160,11 @@ impl SelfHosted {
         self.bench.analyze().await
     }
 
+    /// The configuration the stack runs with.
+    pub fn config(&self) -> &mneme_config::Config {
+        &self.bench.stack.config
+    }
+
     /// Memories of all tenants still waiting for their vector.
     pub async fn pending_embeddings(&self) -> i64 {
         let ids: Vec<Uuid> = self.tenants.iter().map(|t| t.id).collect();

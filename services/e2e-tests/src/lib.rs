@@ -37,6 +37,9 @@ pub struct Stack {
     pub db: TestDatabase,
     pub redis: TestRedis,
     pub http_addr: SocketAddr,
+    /// The configuration the stack runs with (boxed: it is large, and
+    /// every future holding a stack would carry it).
+    pub config: Box<Config>,
     stop: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -75,11 +78,16 @@ impl Stack {
             remember: bind().await.unwrap(),
         };
         let stop = CancellationToken::new();
-        let task = tokio::spawn(up(config, listeners, stop.clone().cancelled_owned()));
+        let task = tokio::spawn(up(
+            config.clone(),
+            listeners,
+            stop.clone().cancelled_owned(),
+        ));
         Self {
             db,
             redis,
             http_addr,
+            config: Box::new(config),
             stop,
             task,
         }
