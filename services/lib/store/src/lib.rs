@@ -76,7 +76,7 @@ pub type Connection = Object;
 pub enum StoreError {
     #[error("database pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
-    #[error("database: {0}")]
+    #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("{0}")]
     Invalid(String),
@@ -84,6 +84,38 @@ pub enum StoreError {
     /// [`Store::watch_answers`]); nothing was sent.
     #[error("the database is not answering")]
     NotAnswering,
+}
+
+/// A database error as logged. tokio-postgres displays every server error
+/// as just "db error" and every I/O failure without its cause, so both are
+/// spelled out here: the SQLSTATE and the schema objects the server names,
+/// and its message except where it may quote a value (data exceptions,
+/// class 22, and errors raised by our own functions, P0), since stored
+/// content must not reach the logs.
+fn describe(error: &tokio_postgres::Error) -> String {
+    use std::fmt::Write as _;
+    let Some(db) = error.as_db_error() else {
+        return match std::error::Error::source(error) {
+            Some(cause) => format!("{error}: {cause}"),
+            None => error.to_string(),
+        };
+    };
+    let code = db.code().code();
+    let mut text = format!("{} {code}", db.severity());
+    if !(code.starts_with("22") || code.starts_with("P0")) {
+        let _ = write!(text, " {}", db.message());
+    }
+    let objects = [
+        ("table", db.table()),
+        ("column", db.column()),
+        ("constraint", db.constraint()),
+    ];
+    for (kind, name) in objects {
+        if let Some(name) = name {
+            let _ = write!(text, " ({kind} {name})");
+        }
+    }
+    text
 }
 
 impl StoreError {

@@ -188,6 +188,52 @@ async fn service_role_is_checked_and_owner_role_refused() {
 }
 
 #[tokio::test]
+async fn database_errors_say_what_failed_without_quoting_values() {
+    let db = TestDatabase::create().await;
+    let client = db.store().client().await.unwrap();
+    let error = |result: Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>| {
+        mneme_store::StoreError::from(result.unwrap_err()).to_string()
+    };
+
+    let missing = error(client.query("SELECT * FROM mneme.no_such_table", &[]).await);
+    assert!(missing.contains("ERROR 42P01"), "{missing}");
+    assert!(missing.contains("no_such_table"), "{missing}");
+
+    // A data exception quotes the value it could not read: code only.
+    let malformed = error(
+        client
+            .query("SELECT 'sk-not-for-the-logs'::uuid", &[])
+            .await,
+    );
+    assert!(malformed.contains("ERROR 22P02"), "{malformed}");
+    assert!(!malformed.contains("sk-not-for-the-logs"), "{malformed}");
+
+    // A violation's detail quotes the row: the constraint is named, the
+    // value is not.
+    client
+        .batch_execute(
+            "CREATE TEMP TABLE ledger (entry int PRIMARY KEY);
+             INSERT INTO ledger VALUES (987654)",
+        )
+        .await
+        .unwrap();
+    let violation = error(
+        client
+            .query("INSERT INTO ledger VALUES (987654)", &[])
+            .await,
+    );
+    assert!(
+        violation.starts_with("database: ERROR 23505"),
+        "{violation}"
+    );
+    assert!(
+        violation.contains("(constraint ledger_pkey)"),
+        "{violation}"
+    );
+    assert!(!violation.contains("987654"), "{violation}");
+}
+
+#[tokio::test]
 async fn row_level_security_hides_other_tenants_even_without_predicates() {
     let db = TestDatabase::create().await;
     let store = db.store();
