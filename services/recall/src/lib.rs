@@ -23,7 +23,8 @@
 //!    the full-text and keyword layers run, pipelined on one connection;
 //! 2. the vector layer searches the HNSW index of the tenant's partition;
 //! 3. the graph layer adds fragments one link away from the best hits;
-//! 4. Reciprocal Rank Fusion merges the layers by id;
+//! 4. the layers are fused by id (`MNEME_RECALL_FUSION`: normalised scores,
+//!    or Reciprocal Rank Fusion);
 //! 5. the final score blends fused relevance with importance and recency;
 //! 6. an optional external cross-encoder (`rerank`) reorders the best
 //!    results, and its order is final;
@@ -56,7 +57,7 @@ use std::time::Instant;
 use chrono::{Timelike, Utc};
 use mneme_cache::Cache;
 use mneme_config::{Config, RecallConfig};
-use mneme_core::scoring::{Layer, RankedList, rrf_fuse};
+use mneme_core::scoring::{Layer, RankedList};
 use mneme_core::text::Tokenizer;
 use mneme_core::{Permission, Principal, Result};
 use mneme_embed::{Embedder, PassageRecipe, TextKind};
@@ -107,6 +108,25 @@ pub struct RecallServer {
     /// How stored fragments were put into words for their vectors (the
     /// surfacing calibration depends on it).
     passage_recipe: PassageRecipe,
+}
+
+/// The vector layer's hits. With query expansion they are ranked by the
+/// expanded vector, while thresholds and clients keep seeing each hit's
+/// similarity to the query itself.
+struct VectorHits {
+    /// Best first, scored by the vector that ranked them.
+    ranked: Vec<Hit>,
+    similarity: HashMap<Uuid, f32>,
+}
+
+impl VectorHits {
+    fn plain(hits: Vec<Hit>) -> Self {
+        let similarity = hits.iter().map(|h| (h.id, h.score)).collect();
+        Self {
+            ranked: hits,
+            similarity,
+        }
+    }
 }
 
 /// What the layers found.
@@ -332,19 +352,19 @@ impl RecallServer {
         query: &Query,
         embedding: &Vector,
         limit: i64,
-    ) -> Result<Vec<Hit>> {
+    ) -> Result<VectorHits> {
         let scope = query.scope();
         let model = self.embedder.model_id();
         let ef_search = self.settings.hnsw_ef_search;
         let hits = fragments::vector_search(tx, &scope, embedding, model, ef_search, limit).await?;
         let expansion = self.settings.expansion_hits;
         if expansion == 0 || hits.is_empty() {
-            return Ok(hits);
+            return Ok(VectorHits::plain(hits));
         }
         let best: Vec<Uuid> = hits.iter().take(expansion).map(|h| h.id).collect();
         let neighbours = fragments::embeddings(tx, &query.key_ids, &best, model).await?;
         if neighbours.is_empty() {
-            return Ok(hits);
+            return Ok(VectorHits::plain(hits));
         }
         let weight = self.settings.expansion_query_weight;
         let mut blended: Vec<f32> = embedding.as_slice().iter().map(|x| x * weight).collect();
@@ -355,16 +375,19 @@ impl RecallServer {
             }
         }
         mneme_embed::normalize(&mut blended);
-        let original: HashMap<Uuid, f32> = hits.iter().map(|h| (h.id, h.score)).collect();
-        let mut expanded =
+        let mut similarity: HashMap<Uuid, f32> = hits.iter().map(|h| (h.id, h.score)).collect();
+        let expanded =
             fragments::vector_search(tx, &scope, &Vector::from(blended), model, ef_search, limit)
                 .await?;
-        for hit in &mut expanded {
-            if let Some(score) = original.get(&hit.id) {
-                hit.score = *score;
-            }
+        // A hit only the expanded vector found: its similarity to that vector
+        // stands in for the query's, which was not computed.
+        for hit in &expanded {
+            similarity.entry(hit.id).or_insert(hit.score);
         }
-        Ok(expanded)
+        Ok(VectorHits {
+            ranked: expanded,
+            similarity,
+        })
     }
 
     /// Runs the layers, fuses them and loads the candidates. `embedding` is
@@ -403,13 +426,16 @@ impl RecallServer {
         };
         let (fulltext, keyword) = lexical.await?;
         let vector = match embedding {
-            Some(embedding) => Some(
-                self.vector_layer(tx, query, embedding, limit)
-                    .await?
-                    .into_iter()
-                    .filter(|hit| vector_floor.is_none_or(|floor| hit.score >= floor))
-                    .collect::<Vec<_>>(),
-            ),
+            Some(embedding) => {
+                let mut found = self.vector_layer(tx, query, embedding, limit).await?;
+                if let Some(floor) = vector_floor {
+                    let similarity = &found.similarity;
+                    found
+                        .ranked
+                        .retain(|hit| similarity.get(&hit.id).is_some_and(|&s| s >= floor));
+                }
+                Some(found)
+            }
             None => None,
         };
 
@@ -419,13 +445,19 @@ impl RecallServer {
             layer,
             weight,
             ids: hits.iter().map(|h| h.id).collect(),
+            scores: hits.iter().map(|h| f64::from(h.score)).collect(),
         };
         let weights = &self.settings;
-        if let Some(hits) = &vector {
-            similarity.extend(hits.iter().map(|h| (h.id, h.score)));
+        if let Some(found) = vector {
             if weights.vector_weight > 0.0 {
-                lists.push(ranked(Layer::Vector, weights.vector_weight, hits));
+                lists.push(ranked(Layer::Vector, weights.vector_weight, &found.ranked));
             }
+            similarity.extend(
+                found
+                    .ranked
+                    .iter()
+                    .filter_map(|h| Some((h.id, *found.similarity.get(&h.id)?))),
+            );
         }
         if let Some(hits) = &fulltext
             && weights.fulltext_weight > 0.0
@@ -462,7 +494,9 @@ impl RecallServer {
                 .map(|hit| (hit.id, Candidate::default()))
                 .collect()
         } else {
-            rrf_fuse(&lists, self.settings.rrf_k)
+            self.settings
+                .fusion
+                .fuse(&lists)
                 .into_iter()
                 .map(|fused| {
                     let candidate = Candidate {

@@ -17,7 +17,8 @@ const HIGH_IMPORTANCE: f32 = 0.8;
 /// What the layers said about one fragment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Candidate {
-    /// Normalised RRF relevance in (0, 1]; 0 for a query-less browse.
+    /// Fused relevance in [0, 1], relative to the query's other candidates;
+    /// 0 for a query-less browse.
     pub(crate) relevance: f64,
     pub(crate) similarity: Option<f32>,
     pub(crate) layers: Vec<Layer>,

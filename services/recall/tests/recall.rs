@@ -317,10 +317,15 @@ mod filters_and_pages {
     /// order) and writing no automatic links, and the query that pages
     /// through them ten at a time.
     async fn inventory() -> (Harness, Vec<String>) {
+        Box::pin(inventory_ranked_by(mneme_config::Config::defaults().recall)).await
+    }
+
+    async fn inventory_ranked_by(recall: mneme_config::RecallConfig) -> (Harness, Vec<String>) {
         let mut settings = mneme_config::Config::defaults().remember;
         settings.proactive_links = false;
         settings.temporal_link_hours = 0.0;
-        let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
+        let embedder = Arc::new(HashEmbedder::new(384));
+        let h = Harness::with_configs(embedder, settings, recall).await;
         let mut ids = Vec::new();
         for i in 0..25 {
             let content = format!("Inventory item {i:02} is stored in warehouse aisle {i}.");
@@ -372,7 +377,15 @@ mod filters_and_pages {
         // automatic links of a remember, written in the background, do
         // this). Counting an offset into the moved ranking returned one
         // result twice and another never.
-        let (h, ids) = inventory().await;
+        //
+        // Ranked by rank fusion, where a graph hit of weight 0.5 outweighs
+        // the near-ties of 25 nearly identical items, so that the link moves
+        // its target across a page boundary for certain (score fusion
+        // spreads near-ties over [0, 1]); the cursor's guarantees do not
+        // depend on the fusion.
+        let mut recall = mneme_config::Config::defaults().recall;
+        recall.fusion = mneme_core::scoring::Fusion::Rrf { k: 60.0 };
+        let (h, ids) = Box::pin(inventory_ranked_by(recall)).await;
         h.embed_all().await;
         let query = inventory_page;
         let first = h.recall(query(None)).await;

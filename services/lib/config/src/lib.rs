@@ -19,7 +19,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use mneme_core::fragment::FragmentLimits;
-use mneme_core::scoring::ScoreWeights;
+use mneme_core::scoring::{Fusion, ScoreWeights};
 
 use settings::Setting;
 
@@ -639,7 +639,7 @@ pub struct RecallConfig {
     pub fulltext_read_budget: usize,
     pub term_sample_size: usize,
     pub term_sample_ttl: Duration,
-    pub rrf_k: f64,
+    pub fusion: Fusion,
     pub weights: ScoreWeights,
     pub default_limit: usize,
     pub max_limit: usize,
@@ -902,6 +902,29 @@ impl TracingConfig {
 }
 
 /// Strips a trailing slash and checks the scheme.
+fn fusion(r: &mut Reader<'_>) -> Fusion {
+    let k: f64 = r.value(settings::RECALL_RRF_K);
+    if !(k.is_finite() && k >= 0.0) {
+        r.problem(format!(
+            "{}={k}: expected a number ≥ 0",
+            settings::RECALL_RRF_K.name
+        ));
+    }
+    let setting = settings::RECALL_FUSION;
+    match r.raw(setting).as_deref().or(setting.default) {
+        Some("rrf") => Fusion::Rrf { k },
+        Some("scores") => Fusion::Scores,
+        other => {
+            r.problem(format!(
+                "{}={}: expected rrf or scores",
+                setting.name,
+                other.unwrap_or_default()
+            ));
+            Fusion::Scores
+        }
+    }
+}
+
 fn parse_base_url(reader: &mut Reader<'_>, setting: Setting, raw: String) -> String {
     let url = raw.trim_end_matches('/').to_owned();
     if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -1093,7 +1116,7 @@ impl Config {
             term_sample_ttl: Duration::from_secs(
                 r.positive(settings::RECALL_TERM_SAMPLE_TTL_SECS) as u64
             ),
-            rrf_k: r.value(settings::RECALL_RRF_K),
+            fusion: fusion(&mut r),
             weights,
             default_limit: r.positive(settings::RECALL_DEFAULT_LIMIT),
             max_limit: r.positive(settings::RECALL_MAX_LIMIT),
@@ -1583,6 +1606,30 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.problems.len(), 4, "{err}");
         assert!(err.to_string().contains("MNEME_EMBEDDER=\"bert\""));
+    }
+
+    #[test]
+    fn recall_fuses_scores_by_default_and_rrf_on_request() {
+        fn fusion(vars: &[(&'static str, &'static str)]) -> Result<Fusion, ConfigError> {
+            let mut vars = vars.to_vec();
+            vars.push(("HOME", "/home/u"));
+            Config::from_env(&env(&vars)).map(|c| c.recall.fusion)
+        }
+        assert_eq!(fusion(&[]).unwrap(), Fusion::Scores);
+        assert_eq!(
+            fusion(&[("MNEME_RECALL_FUSION", "rrf"), ("MNEME_RECALL_RRF_K", "20")]).unwrap(),
+            Fusion::Rrf { k: 20.0 }
+        );
+        let err = fusion(&[
+            ("MNEME_RECALL_FUSION", "borda"),
+            ("MNEME_RECALL_RRF_K", "-1"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(
+            err.to_string().contains("MNEME_RECALL_FUSION=borda"),
+            "{err}"
+        );
     }
 
     #[test]

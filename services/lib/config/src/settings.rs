@@ -174,8 +174,10 @@ settings! {
             "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET`).";
         RECALL_TERM_SAMPLE_TTL_SECS = "MNEME_RECALL_TERM_SAMPLE_TTL_SECS", Some("600"),
             "How long a recall process reuses a key set's term sample before taking it again.";
+        RECALL_FUSION = "MNEME_RECALL_FUSION", Some("scores"),
+            "How the search layers' results are fused into one relevance: `scores` (each layer's scores min-max normalised within its results, then summed with the layer weights, so how far apart a layer's hits are counts) or `rrf` (Reciprocal Rank Fusion: only each hit's rank counts; measured worse on both benchmarks, docs/BENCHMARKS.md). The layer weights apply to both.";
         RECALL_RRF_K = "MNEME_RECALL_RRF_K", Some("60"),
-            "The k of Reciprocal Rank Fusion: larger values flatten the advantage of top ranks.";
+            "The k of Reciprocal Rank Fusion (`MNEME_RECALL_FUSION=rrf`): larger values flatten the advantage of top ranks.";
         RECALL_WEIGHT_RELEVANCE = "MNEME_RECALL_WEIGHT_RELEVANCE", Some("0.75"),
             "Weight of fused relevance in the final score.";
         RECALL_WEIGHT_IMPORTANCE = "MNEME_RECALL_WEIGHT_IMPORTANCE", Some("0.15"),

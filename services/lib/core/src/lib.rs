@@ -22,7 +22,7 @@
 //! - [`policy`]: the symbolic layer's policy rules for writes.
 //! - [`text`]: tokenisation (Latin, Hangul, CJK), keywords, search literals.
 //! - [`redact`]: secret and PII redaction.
-//! - [`scoring`]: Reciprocal Rank Fusion and the final score.
+//! - [`scoring`]: fusion of the search layers and the final score.
 //! - [`session_id`]: MCP session ids that prove mneme issued them.
 //! - [`timerange`]: time expressions (ISO, English, Korean) for recall filters.
 #![forbid(unsafe_code)]

@@ -1,5 +1,6 @@
-//! Ranking: Reciprocal Rank Fusion of the search layers, then a final score
-//! that blends relevance with importance and recency.
+//! Ranking: fusion of the search layers (Reciprocal Rank Fusion, or a
+//! convex combination of their scores), then a final score that blends
+//! relevance with importance and recency.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -34,18 +35,43 @@ pub struct RankedList<Id> {
     pub layer: Layer,
     pub weight: f64,
     pub ids: Vec<Id>,
+    /// The layer's own score of each id, in the order of `ids` (cosine
+    /// similarity, `ts_rank`, keyword overlap, link weight).
+    pub scores: Vec<f64>,
 }
 
 /// A fused candidate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fused<Id> {
     pub id: Id,
-    /// RRF score divided by the best score attainable from the layers that
-    /// ran (rank 1 in every one), so it lies in (0, 1] and stays comparable
-    /// whether one layer ran or three.
+    /// The fused score divided by the best score attainable from the layers
+    /// that ran (first with the top score in every one), so it lies in
+    /// (0, 1] and stays comparable whether one layer ran or three.
     pub relevance: f64,
     /// The layers that returned this id, in the order of `lists`.
     pub layers: Vec<Layer>,
+}
+
+/// How the layers' lists become one relevance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Reciprocal Rank Fusion: `Σ weight / (k + rank)` with 1-based ranks.
+    /// Only ranks count: the 10th vector hit adds the same whether it is
+    /// nearly as similar as the first or far behind.
+    Rrf { k: f64 },
+    /// A convex combination of each layer's scores, min-max normalised
+    /// within the layer's list: `Σ weight · (s − min) / (max − min)`. Keeps
+    /// how far apart the hits of a layer are, which ranks throw away.
+    Scores,
+}
+
+impl Fusion {
+    pub fn fuse<Id: Clone + Eq + Hash>(self, lists: &[RankedList<Id>]) -> Vec<Fused<Id>> {
+        match self {
+            Fusion::Rrf { k } => rrf_fuse(lists, k),
+            Fusion::Scores => score_fuse(lists),
+        }
+    }
 }
 
 /// Reciprocal Rank Fusion: `Σ weight / (k + rank)` with 1-based ranks.
@@ -60,19 +86,60 @@ pub fn rrf_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>], k: f64) -> Vec<
         .filter(|l| !l.ids.is_empty())
         .map(|l| l.weight / (k + 1.0))
         .sum();
+    merge(lists, best, |_, list, index| {
+        list.weight / (k + (index + 1) as f64)
+    })
+}
+
+/// [`Fusion::Scores`]. A layer whose hits all score the same counts each
+/// of them fully; a missing score counts as the layer's lowest.
+pub fn score_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>]) -> Vec<Fused<Id>> {
+    let best: f64 = lists
+        .iter()
+        .filter(|l| !l.ids.is_empty())
+        .map(|l| l.weight)
+        .sum();
+    let ranges: Vec<(f64, f64)> = lists
+        .iter()
+        .map(|list| {
+            list.scores
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), &s| {
+                    (low.min(s), high.max(s))
+                })
+        })
+        .collect();
+    merge(lists, best, |position, list, index| {
+        let (low, high) = ranges[position];
+        let score = list.scores.get(index).copied().unwrap_or(low);
+        let normalised = if high > low {
+            (score - low) / (high - low)
+        } else {
+            1.0
+        };
+        list.weight * normalised
+    })
+}
+
+/// Merges `lists` by id, summing `contribution(position of the list, list,
+/// index in it)` over the appearances of each id, and divides by `best`.
+fn merge<Id: Clone + Eq + Hash>(
+    lists: &[RankedList<Id>],
+    best: f64,
+    contribution: impl Fn(usize, &RankedList<Id>, usize) -> f64,
+) -> Vec<Fused<Id>> {
     if best <= 0.0 {
         return Vec::new();
     }
     let mut order: Vec<Id> = Vec::new();
     let mut scores: HashMap<Id, (f64, Vec<Layer>)> = HashMap::new();
-    for list in lists {
+    for (position, list) in lists.iter().enumerate() {
         for (index, id) in list.ids.iter().enumerate() {
-            let contribution = list.weight / (k + (index + 1) as f64);
             let entry = scores.entry(id.clone()).or_insert_with(|| {
                 order.push(id.clone());
                 (0.0, Vec::new())
             });
-            entry.0 += contribution;
+            entry.0 += contribution(position, list, index);
             if !entry.1.contains(&list.layer) {
                 entry.1.push(list.layer);
             }
@@ -128,10 +195,15 @@ mod tests {
     use super::*;
 
     fn list(layer: Layer, ids: &[&'static str]) -> RankedList<&'static str> {
+        scored(layer, &ids.iter().map(|id| (*id, 1.0)).collect::<Vec<_>>())
+    }
+
+    fn scored(layer: Layer, hits: &[(&'static str, f64)]) -> RankedList<&'static str> {
         RankedList {
             layer,
             weight: 1.0,
-            ids: ids.to_vec(),
+            ids: hits.iter().map(|(id, _)| *id).collect(),
+            scores: hits.iter().map(|(_, score)| *score).collect(),
         }
     }
 
@@ -171,5 +243,39 @@ mod tests {
         assert!(final_score(0.5, 0.5, 0.0, &w) > final_score(0.5, 0.5, 30.0, &w));
         let halved = final_score(0.0, 0.0, 30.0, &w) / final_score(0.0, 0.0, 0.0, &w);
         assert!((halved - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn score_fusion_keeps_how_far_apart_a_layers_hits_are() {
+        // b is nearly as similar as a, c far behind: by rank alone, b (2nd
+        // by vector, 1st by full text) and a (1st, 2nd) tie; by score, b
+        // wins, and c gets nothing from the vector layer.
+        let lists = [
+            scored(Layer::Vector, &[("a", 0.90), ("b", 0.89), ("c", 0.70)]),
+            scored(Layer::FullText, &[("b", 0.4), ("a", 0.1)]),
+        ];
+        let fused = score_fuse(&lists);
+        let ids: Vec<_> = fused.iter().map(|f| f.id).collect();
+        assert_eq!(ids, vec!["b", "a", "c"]);
+        assert!((fused[0].relevance - (0.95 / 2.0 + 0.5)).abs() < 1e-9);
+        assert!((fused[1].relevance - 0.5).abs() < 1e-9);
+        assert!(fused[2].relevance.abs() < 1e-12);
+        let by_rank = rrf_fuse(&lists, 60.0);
+        assert!((by_rank[0].relevance - by_rank[1].relevance).abs() < 1e-12);
+    }
+
+    #[test]
+    fn score_fusion_counts_a_layer_of_equal_scores_fully_and_is_normalised() {
+        let fused = score_fuse(&[
+            scored(Layer::Vector, &[("x", 0.8), ("y", 0.6)]),
+            scored(Layer::Graph, &[("x", 0.5), ("y", 0.5)]),
+        ]);
+        assert!((fused[0].relevance - 1.0).abs() < 1e-12);
+        assert!((fused[1].relevance - 0.5).abs() < 1e-12);
+        assert!(score_fuse::<&str>(&[scored(Layer::Vector, &[])]).is_empty());
+        assert_eq!(
+            Fusion::Scores.fuse(&[list(Layer::Vector, &["x"])])[0].relevance,
+            1.0
+        );
     }
 }

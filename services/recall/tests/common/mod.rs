@@ -64,7 +64,7 @@ impl Harness {
         Self::with_configs(embedder, Config::defaults().remember, settings).await
     }
 
-    async fn with_configs(
+    pub(crate) async fn with_configs(
         embedder: Arc<dyn Embedder>,
         remember: mneme_config::RememberConfig,
         recall: mneme_config::RecallConfig,
