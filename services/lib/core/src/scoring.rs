@@ -92,7 +92,8 @@ pub fn rrf_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>], k: f64) -> Vec<
 }
 
 /// [`Fusion::Scores`]. A layer whose hits all score the same counts each
-/// of them fully; a missing score counts as the layer's lowest.
+/// of them fully; a missing or non-finite score (the cosine of an all-zero
+/// vector is NaN) counts as the layer's lowest.
 pub fn score_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>]) -> Vec<Fused<Id>> {
     let best: f64 = lists
         .iter()
@@ -104,6 +105,7 @@ pub fn score_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>]) -> Vec<Fused<
         .map(|list| {
             list.scores
                 .iter()
+                .filter(|s| s.is_finite())
                 .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), &s| {
                     (low.min(s), high.max(s))
                 })
@@ -111,7 +113,12 @@ pub fn score_fuse<Id: Clone + Eq + Hash>(lists: &[RankedList<Id>]) -> Vec<Fused<
         .collect();
     merge(lists, best, |position, list, index| {
         let (low, high) = ranges[position];
-        let score = list.scores.get(index).copied().unwrap_or(low);
+        let score = list
+            .scores
+            .get(index)
+            .copied()
+            .filter(|s| s.is_finite())
+            .unwrap_or(low);
         let normalised = if high > low {
             (score - low) / (high - low)
         } else {
@@ -273,6 +280,13 @@ mod tests {
         assert!((fused[0].relevance - 1.0).abs() < 1e-12);
         assert!((fused[1].relevance - 0.5).abs() < 1e-12);
         assert!(score_fuse::<&str>(&[scored(Layer::Vector, &[])]).is_empty());
+        let unscorable = score_fuse(&[scored(
+            Layer::Vector,
+            &[("x", f64::NAN), ("y", 0.7), ("z", 0.6)],
+        )]);
+        let ids: Vec<_> = unscorable.iter().map(|f| f.id).collect();
+        assert_eq!(ids, vec!["y", "x", "z"]);
+        assert_eq!(unscorable[1].relevance, 0.0);
         assert_eq!(
             Fusion::Scores.fuse(&[list(Layer::Vector, &["x"])])[0].relevance,
             1.0
