@@ -155,7 +155,8 @@ fn tool_path(variable: &str) -> PathBuf {
 }
 
 /// A port nothing listens on now, for nginx; the gateway must know its
-/// public URL before nginx can start in front of it.
+/// public URL before nginx can start in front of it. Another process may
+/// take the port before nginx binds it, which [`Proxy::start`] detects.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -172,7 +173,14 @@ struct Proxy {
 }
 
 impl Proxy {
-    async fn start(dir: &Path, port: u16, upstream: std::net::SocketAddr, api_key: &str) -> Self {
+    /// `None` when nginx could not bind `port` (something else took it
+    /// since [`free_port`]; the caller starts over with another one).
+    async fn start(
+        dir: &Path,
+        port: u16,
+        upstream: std::net::SocketAddr,
+        api_key: &str,
+    ) -> Option<Self> {
         let dir_text = dir.display();
         // `master_process off`: one process, so killing it leaves no
         // orphaned workers listening.
@@ -210,6 +218,8 @@ http {{
         let config_path = dir.join("nginx.conf");
         std::fs::write(&config_path, config).unwrap();
         let error_log = dir.join("error.log");
+        let pid_file = dir.join("nginx.pid");
+        let _ = std::fs::remove_file(&pid_file);
         let mut process = Command::new(tool_path("MNEME_TEST_NGINX"))
             .arg("-p")
             .arg(dir)
@@ -224,13 +234,22 @@ http {{
             .spawn()
             .expect("nginx starts");
         let started = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
+        // A connection alone proves nothing: whatever took the port answers
+        // it while nginx retries its bind. nginx writes its pid file only
+        // once it listens.
+        while !pid_file.exists()
+            || tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_err()
         {
             let log = || std::fs::read_to_string(&error_log).unwrap_or_default();
             if let Some(status) = process.try_wait().unwrap() {
-                panic!("nginx exited with {status}:\n{}", log());
+                let log = log();
+                if log.contains("Address already in use") {
+                    eprintln!("port {port} was taken before nginx bound it; trying another");
+                    return None;
+                }
+                panic!("nginx exited with {status}:\n{log}");
             }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
@@ -239,7 +258,7 @@ http {{
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Self { process, error_log }
+        Some(Self { process, error_log })
     }
 
     async fn stop(mut self) {
@@ -393,25 +412,35 @@ async fn run_scenario(scenario: &'static str, url: &str, results: &Path) -> Outc
 #[tokio::test]
 async fn the_gateway_passes_the_official_conformance_scenarios() {
     let scratch = ScratchDir::new();
-    let proxy_port = free_port();
-    let public_url = format!("http://127.0.0.1:{proxy_port}");
-    let stack = Stack::start("hash", &[("MNEME_PUBLIC_URL", public_url.as_str())]).await;
-    let tenant = create_tenant(&stack.db.store(), "conformance", ALL_PERMISSIONS).await;
-    // The suite meets a tenant with some memory, as a client in use would.
-    let mcp = stack.mcp(&tenant.api_key).await;
-    mcp.remember_new(
-        "Production deploys go through the blue-green pipeline.",
-        "deploy",
-        "fact",
-    )
-    .await;
-    mcp.remember_new(
-        "Invoices are emailed on the first working day of the month.",
-        "billing",
-        "fact",
-    )
-    .await;
-    let proxy = Proxy::start(&scratch.0, proxy_port, stack.http_addr, &tenant.api_key).await;
+    let mut attempts = 0;
+    let (stack, proxy, public_url) = loop {
+        attempts += 1;
+        let proxy_port = free_port();
+        let public_url = format!("http://127.0.0.1:{proxy_port}");
+        let stack = Stack::start("hash", &[("MNEME_PUBLIC_URL", public_url.as_str())]).await;
+        let tenant = create_tenant(&stack.db.store(), "conformance", ALL_PERMISSIONS).await;
+        // The suite meets a tenant with some memory, as a client in use would.
+        let mcp = stack.mcp(&tenant.api_key).await;
+        mcp.remember_new(
+            "Production deploys go through the blue-green pipeline.",
+            "deploy",
+            "fact",
+        )
+        .await;
+        mcp.remember_new(
+            "Invoices are emailed on the first working day of the month.",
+            "billing",
+            "fact",
+        )
+        .await;
+        match Proxy::start(&scratch.0, proxy_port, stack.http_addr, &tenant.api_key).await {
+            Some(proxy) => break (stack, proxy, public_url),
+            None => {
+                stack.shutdown().await.unwrap();
+                assert!(attempts < 3, "no port stayed free for nginx in 3 attempts");
+            }
+        }
+    };
 
     let url = format!("{public_url}/mcp");
     let results = scratch.0.join("results");
