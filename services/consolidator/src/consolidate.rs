@@ -27,7 +27,7 @@ use mneme_store::consolidation::{
     StageRules,
 };
 use mneme_store::feedback::{self, LinkLesson};
-use mneme_store::{Store, TenantTx, links, tenants};
+use mneme_store::{Store, TenantTx, fragments, links, tenants};
 use mneme_telemetry::metrics::register;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use tokio_util::sync::CancellationToken;
@@ -105,6 +105,7 @@ pub enum Stage {
     SearchEventsGc,
     SurfacingRetention,
     OAuthTokenGc,
+    SearchReindex,
 }
 
 /// The stages, in the order they run: tiers, decay and feedback first, so
@@ -129,6 +130,7 @@ pub const STAGES: &[Stage] = &[
     Stage::SearchEventsGc,
     Stage::SurfacingRetention,
     Stage::OAuthTokenGc,
+    Stage::SearchReindex,
 ];
 
 impl Stage {
@@ -162,6 +164,7 @@ impl Stage {
             Stage::SearchEventsGc => "search_events_gc",
             Stage::SurfacingRetention => "surfacing_retention",
             Stage::OAuthTokenGc => "oauth_token_gc",
+            Stage::SearchReindex => "search_reindex",
         }
     }
 
@@ -198,6 +201,7 @@ impl Stage {
             .map(|(blanked, deleted)| blanked + deleted),
             // Expired refresh tokens can never be used again.
             Stage::OAuthTokenGc => mneme_store::oauth::delete_expired_refresh_tokens(tx, now).await,
+            Stage::SearchReindex => rewrite_stale_search_documents(tx, rules).await,
         }
     }
 }
@@ -270,6 +274,27 @@ async fn detect_contradictions(
 /// (other numbers or a negation make a different statement, however
 /// similar); the older one is then superseded by the newer. Returns the
 /// fragments merged.
+/// Tokenises again, at most `search_reindex_per_run` per run, the search
+/// documents written by older rules (see
+/// [`SEARCH_DOCUMENT_VERSION`](mneme_core::text::SEARCH_DOCUMENT_VERSION)).
+/// Until then they match as they always did.
+async fn rewrite_stale_search_documents(
+    tx: &TenantTx<'_>,
+    rules: &StageRules,
+) -> mneme_store::Result<u64> {
+    let stale = fragments::lock_stale_search_documents(tx, rules.search_reindex_per_run).await?;
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let tokenizer = Tokenizer::default();
+    let ids: Vec<Uuid> = stale.iter().map(|d| d.id).collect();
+    let documents: Vec<String> = stale
+        .iter()
+        .map(|d| tokenizer.search_document(&d.topic, &d.keywords, &d.content))
+        .collect();
+    fragments::store_search_documents(tx, &ids, &documents).await
+}
+
 async fn merge_duplicates(
     tx: &TenantTx<'_>,
     now: DateTime<Utc>,
@@ -847,6 +872,7 @@ impl Consolidator {
         StageRules {
             gc_grace_days: self.settings.gc_grace_days,
             gc_max_per_run: self.settings.gc_max_per_run,
+            search_reindex_per_run: self.settings.search_reindex_per_run,
             search_event_retention_days: self.settings.search_event_retention_days,
             surfacing_query_retention_days: self.settings.surfacing_query_retention_days,
             surfacing_stats_retention_days: self.settings.surfacing_stats_retention_days,

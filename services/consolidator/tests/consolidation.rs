@@ -495,6 +495,90 @@ async fn garbage_collection_respects_grace_protection_and_the_per_run_cap() {
 }
 
 #[tokio::test]
+async fn search_documents_of_older_rules_are_tokenised_again_per_tenant_with_a_cap() {
+    let h = harness().await;
+    // Unlabelled documents, as every fragment had before topic and keyword
+    // positions were labelled (search_version 1).
+    let legacy = "search_tsv = setweight(search_tsv, 'D'), search_version = 1";
+    let first = h
+        .statement(&h.tenant, "The nightly job finished.", "ledger", legacy)
+        .await;
+    let second = h
+        .statement(&h.tenant, "The export ran late.", "ledger", legacy)
+        .await;
+    let current = h
+        .statement(
+            &h.tenant,
+            "The backup was verified.",
+            "ledger",
+            "importance = importance",
+        )
+        .await;
+    let theirs = h
+        .statement(&h.other, "The nightly job failed.", "ledger", legacy)
+        .await;
+    let labelled =
+        r#"search_version = 2 AND ts_filter(search_tsv, '{a}') = '''ledger'':1A'::tsvector"#;
+    assert!(
+        h.has(current, labelled).await,
+        "a new fragment is written by the current rules (the column default is the code's version)"
+    );
+    assert!(!h.has(first, labelled).await);
+
+    // Runs at the real time: at `now()`, years ahead, garbage collection
+    // would take these fresh fragments first.
+    let reindexed = |run: &mneme_store::consolidation::Run| {
+        run.stages
+            .iter()
+            .find(|s| s.stage == "search_reindex")
+            .unwrap()
+            .affected
+    };
+    let mut capped = settings();
+    capped.search_reindex_per_run = 1;
+    let run = h
+        .consolidator(capped)
+        .run_tenant(h.tenant.tenant_id, Utc::now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert!(!run.failed(), "{:?}", run.stages);
+    assert_eq!(
+        reindexed(&run),
+        1,
+        "one document per run, as capped: {:?}",
+        run.stages
+    );
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, Utc::now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reindexed(&run), 1, "the other one in the next run");
+    for id in [first, second, current] {
+        assert!(
+            h.has(id, labelled).await,
+            "{id} is written by the current rules"
+        );
+    }
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, Utc::now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reindexed(&run), 0, "nothing is left");
+    assert_eq!(
+        h.count(
+            &h.other,
+            "fragments",
+            &format!("id = '{theirs}' AND search_version = 1")
+        )
+        .await,
+        1,
+        "another tenant's documents wait for that tenant's run"
+    );
+}
+
+#[tokio::test]
 async fn anchors_are_promoted_and_old_search_events_collected() {
     let h = harness().await;
     let popular = h

@@ -412,7 +412,14 @@ impl RecallServer {
                 else {
                     return Ok::<_, mneme_core::Error>(None);
                 };
-                let hits = fragments::fulltext_search(tx, &scope, &q.filter, &q.rank, limit);
+                let hits = fragments::fulltext_search(
+                    tx,
+                    &scope,
+                    &q.filter,
+                    &q.rank,
+                    self.settings.fulltext_fields,
+                    limit,
+                );
                 Ok(Some(hits.await?))
             };
             let keyword = async {

@@ -1,8 +1,8 @@
 //! Candidates for active surfacing, with a **calibrated relevance**.
 //!
-//! Recall ranks by Reciprocal Rank Fusion, whose scores only order one
-//! result list: a top score of 0.03 says nothing about whether anything is
-//! relevant. Surfacing must decide *whether* to show a memory at all, with a
+//! Recall's fused scores only order one result list (Reciprocal Rank
+//! Fusion's top score of 0.03, or a normalised 1.0, says nothing about
+//! whether anything is relevant). Surfacing must decide *whether* to show a memory at all, with a
 //! threshold that means the same for every tenant and query, so it scores
 //! each candidate on its own evidence:
 //!
@@ -357,7 +357,11 @@ impl RecallServer {
             let Some(q) = self.term_stats.query(tx, scope.key_ids, lexemes).await? else {
                 return Ok(Vec::new());
             };
-            Ok(fragments::fulltext_search(tx, scope, &q.filter, &q.rank, PER_LAYER).await?)
+            let fields = self.settings.fulltext_fields;
+            Ok(
+                fragments::fulltext_search(tx, scope, &q.filter, &q.rank, fields, PER_LAYER)
+                    .await?,
+            )
         };
         let (vector, fulltext) = tokio::try_join!(vector, fulltext)?;
         let mut seen = HashSet::new();

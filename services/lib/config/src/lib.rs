@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use mneme_core::fragment::FragmentLimits;
 use mneme_core::scoring::{Fusion, ScoreWeights};
+use mneme_core::text::FieldWeights;
 
 use settings::Setting;
 
@@ -460,6 +461,7 @@ pub struct ConsolidationConfig {
     pub poll: Duration,
     pub gc_grace_days: i32,
     pub gc_max_per_run: i64,
+    pub search_reindex_per_run: i64,
     pub search_event_retention_days: i32,
     /// Copies of `MNEME_SURFACING_QUERY_RETENTION_DAYS` and
     /// `MNEME_SURFACING_STATS_RETENTION_DAYS`, for the retention stage.
@@ -650,6 +652,8 @@ pub struct RecallConfig {
     pub stats_cache: Duration,
     pub vector_weight: f64,
     pub fulltext_weight: f64,
+    /// How the full-text layer weighs matches in topic and keywords.
+    pub fulltext_fields: FieldWeights,
     pub keyword_weight: f64,
     pub graph_weight: f64,
     pub graph_seeds: usize,
@@ -901,7 +905,6 @@ impl TracingConfig {
     }
 }
 
-/// Strips a trailing slash and checks the scheme.
 fn fusion(r: &mut Reader<'_>) -> Fusion {
     let k: f64 = r.value(settings::RECALL_RRF_K);
     if !(k.is_finite() && k >= 0.0) {
@@ -925,6 +928,7 @@ fn fusion(r: &mut Reader<'_>) -> Fusion {
     }
 }
 
+/// Strips a trailing slash and checks the scheme.
 fn parse_base_url(reader: &mut Reader<'_>, setting: Setting, raw: String) -> String {
     let url = raw.trim_end_matches('/').to_owned();
     if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -1128,6 +1132,10 @@ impl Config {
             stats_cache: Duration::from_secs(r.value(settings::STATS_CACHE_SECS)),
             vector_weight: r.value(settings::RECALL_VECTOR_WEIGHT),
             fulltext_weight: r.value(settings::RECALL_FULLTEXT_WEIGHT),
+            fulltext_fields: FieldWeights {
+                topic: r.value(settings::RECALL_FULLTEXT_TOPIC_WEIGHT),
+                keywords: r.value(settings::RECALL_FULLTEXT_KEYWORD_WEIGHT),
+            },
             keyword_weight: r.value(settings::RECALL_KEYWORD_WEIGHT),
             graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
@@ -1209,6 +1217,14 @@ impl Config {
             (settings::RECALL_FULLTEXT_WEIGHT, recall.fulltext_weight),
             (settings::RECALL_KEYWORD_WEIGHT, recall.keyword_weight),
             (settings::RECALL_GRAPH_WEIGHT, recall.graph_weight),
+            (
+                settings::RECALL_FULLTEXT_TOPIC_WEIGHT,
+                f64::from(recall.fulltext_fields.topic),
+            ),
+            (
+                settings::RECALL_FULLTEXT_KEYWORD_WEIGHT,
+                f64::from(recall.fulltext_fields.keywords),
+            ),
         ] {
             if !(weight >= 0.0 && weight.is_finite()) {
                 r.problem(format!("{} must be a number of at least 0", setting.name));
@@ -1327,6 +1343,8 @@ impl Config {
             poll: Duration::from_secs(r.positive(settings::CONSOLIDATION_POLL_SECS) as u64),
             gc_grace_days: whole(&mut r, settings::GC_GRACE_DAYS),
             gc_max_per_run: i64::try_from(r.positive(settings::GC_MAX_PER_RUN)).unwrap_or(i64::MAX),
+            search_reindex_per_run: i64::try_from(r.positive(settings::SEARCH_REINDEX_PER_RUN))
+                .unwrap_or(i64::MAX),
             search_event_retention_days: whole(&mut r, settings::SEARCH_EVENT_RETENTION_DAYS),
             surfacing_query_retention_days: 0,
             surfacing_stats_retention_days: 0,

@@ -196,6 +196,10 @@ settings! {
             "Weight of the vector (semantic) layer in the fusion; 0 turns the layer off.";
         RECALL_FULLTEXT_WEIGHT = "MNEME_RECALL_FULLTEXT_WEIGHT", Some("1.0"),
             "Weight of the full-text layer in the fusion; 0 turns the layer off.";
+        RECALL_FULLTEXT_TOPIC_WEIGHT = "MNEME_RECALL_FULLTEXT_TOPIC_WEIGHT", Some("10"),
+            "How much a query term found in a memory's topic counts in full-text ranking, against 1 for a term found in its content: the topic names what a memory is about, a word in its text may be in passing. 1 counts both alike. Applies to stored memories at once (each part of a memory is indexed with its own label).";
+        RECALL_FULLTEXT_KEYWORD_WEIGHT = "MNEME_RECALL_FULLTEXT_KEYWORD_WEIGHT", Some("1"),
+            "How much a query term found in a memory's keywords (given with it, or extracted from its content when none were) counts in full-text ranking, against 1 for a term found in its content. 1 by default: extracted keywords repeat the content's own words, and counting them more measured worse (docs/BENCHMARKS.md).";
         RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),
             "Weight of the keyword layer (stored keywords matching the request's `keywords`; keywords are not extracted from `text`, which the full-text layer already covers) in the fusion; 0 turns the layer off.";
         RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0.5"),
@@ -342,6 +346,8 @@ settings! {
             "Garbage collection never hard-deletes a fragment younger than this many days.";
         GC_MAX_PER_RUN = "MNEME_GC_MAX_PER_RUN", Some("50"),
             "Most fragments one consolidation of a tenant hard-deletes.";
+        SEARCH_REINDEX_PER_RUN = "MNEME_SEARCH_REINDEX_PER_RUN", Some("20000"),
+            "Search documents written by older tokenisation rules that one consolidation run of a tenant tokenises again (`search_reindex` stage). Each is a row update that touches every index of the row, the vector index included, so a large tenant is redone over several runs; `mneme consolidate --tenant NAME` runs one at once.";
         SEARCH_EVENT_RETENTION_DAYS = "MNEME_SEARCH_EVENT_RETENTION_DAYS", Some("30"),
             "Search events older than this many days are deleted.";
         ANCHOR_MIN_ACCESSES = "MNEME_ANCHOR_MIN_ACCESSES", Some("10"),

@@ -281,7 +281,8 @@ pub struct PreparedFragment {
     pub affect: Affect,
     pub occurred_at: Option<DateTime<Utc>>,
     pub estimated_tokens: u32,
-    /// `tsvector` literal of content, topic and keywords.
+    /// `tsvector` literal of topic, keywords and content, each position
+    /// labelled with its [`Field`](crate::text::Field).
     pub search_lexemes: String,
     /// How many secret or PII spans were redacted from the content.
     pub redactions: usize,
@@ -425,11 +426,11 @@ pub fn prepare(
     let importance = clamp_importance(requested, fragment_type, &content, input.is_anchor);
     let ttl_tier = infer_ttl_tier(fragment_type, requested, importance, input.is_anchor);
 
-    let search_text = format!("{content}\n{topic}\n{}", keywords.join(" "));
+    let search_lexemes = tokenizer.search_document(&topic, &keywords, &content);
     Ok(PreparedFragment {
         content_hash: content_hash(&content),
         estimated_tokens: estimate_tokens(&content),
-        search_lexemes: tokenizer.tsvector_literal(&search_text),
+        search_lexemes,
         content,
         topic,
         fragment_type,

@@ -23,6 +23,13 @@ use std::collections::{BTreeMap, HashMap};
 use rust_stemmers::{Algorithm, Stemmer};
 use unicode_normalization::UnicodeNormalization;
 
+/// The version of the search-document rules (`fragments.search_version`):
+/// raise it, with a migration moving the column default and the stale
+/// documents' index, whenever a change to the tokeniser or to
+/// [`Tokenizer::search_document`] changes stored documents; the
+/// consolidator's `search_reindex` stage then rewrites older ones.
+pub const SEARCH_DOCUMENT_VERSION: i16 = 2;
+
 /// PostgreSQL's limit on a lexeme position.
 const MAX_TSVECTOR_POSITION: usize = 16_383;
 /// PostgreSQL keeps at most 256 positions per lexeme.
@@ -407,14 +414,39 @@ impl Tokenizer {
             .collect()
     }
 
-    /// A `tsvector` literal (`'lexeme':1,4 'other':2`) for the given text.
+    /// A `tsvector` literal (`'lexeme':1,4 'other':2`) for the given text,
+    /// every position a [`Field::Content`] one.
     pub fn tsvector_literal(&self, text: &str) -> String {
-        let mut positions: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (index, lexeme) in self.lexemes(text).into_iter().enumerate() {
+        self.fields_tsvector_literal(&[(Field::Content, text)])
+    }
+
+    /// A memory's search document: topic, keywords and content, each
+    /// labelled with its [`Field`]. Topic and keywords come first because
+    /// a lexeme keeps at most 256 positions, and the labelled ones are
+    /// those that must not be cut.
+    pub fn search_document(&self, topic: &str, keywords: &[String], content: &str) -> String {
+        self.fields_tsvector_literal(&[
+            (Field::Topic, topic),
+            (Field::Keywords, &keywords.join(" ")),
+            (Field::Content, content),
+        ])
+    }
+
+    /// A `tsvector` literal of a document made of `fields` in order, each
+    /// position labelled with its field's weight (`'lexeme':1A,4`), so that
+    /// `ts_rank` can count a match in the topic more than one in passing.
+    pub fn fields_tsvector_literal(&self, fields: &[(Field, &str)]) -> String {
+        let mut positions: BTreeMap<String, Vec<(usize, Field)>> = BTreeMap::new();
+        let lexemes = fields.iter().flat_map(|&(field, text)| {
+            self.lexemes(text)
+                .into_iter()
+                .map(move |lexeme| (field, lexeme))
+        });
+        for (index, (field, lexeme)) in lexemes.enumerate() {
             let position = (index + 1).min(MAX_TSVECTOR_POSITION);
             let entry = positions.entry(lexeme).or_default();
             if entry.len() < MAX_POSITIONS_PER_LEXEME {
-                entry.push(position);
+                entry.push((position, field));
             }
         }
         let mut literal = String::new();
@@ -423,9 +455,11 @@ impl Tokenizer {
                 literal.push(' ');
             }
             push_quoted(&mut literal, &lexeme);
-            literal.push(':');
-            let joined: Vec<String> = positions.iter().map(usize::to_string).collect();
-            literal.push_str(&joined.join(","));
+            for (i, (position, field)) in positions.into_iter().enumerate() {
+                literal.push(if i == 0 { ':' } else { ',' });
+                literal.push_str(&position.to_string());
+                literal.push_str(field.label());
+            }
         }
         literal
     }
@@ -443,6 +477,63 @@ impl Tokenizer {
     /// not the query, decides how many terms must match.
     pub fn tsquery_literal(&self, text: &str) -> Option<String> {
         any_of(&self.query_lexemes(text))
+    }
+}
+
+/// A part of a memory's search document. Each is stored with its own
+/// `tsvector` weight label (PostgreSQL's A–D), so ranking can weigh a match
+/// by where it is without re-tokenising: [`FieldWeights`] turns the
+/// configured weights into `ts_rank`'s weight array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// What the memory is about, as its writer named it.
+    Topic,
+    /// Its keywords, given or extracted.
+    Keywords,
+    /// Its text.
+    Content,
+}
+
+impl Field {
+    /// The position label in a `tsvector` literal (D, the default, is
+    /// written as nothing).
+    fn label(self) -> &'static str {
+        match self {
+            Self::Topic => "A",
+            Self::Keywords => "B",
+            Self::Content => "",
+        }
+    }
+}
+
+/// How much a query term matching each [`Field`] counts in full-text
+/// ranking, relative to a match in the content (1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldWeights {
+    pub topic: f32,
+    pub keywords: f32,
+}
+
+impl FieldWeights {
+    /// Every field counts the same (the ranking of unlabelled documents).
+    pub const EQUAL: Self = Self {
+        topic: 1.0,
+        keywords: 1.0,
+    };
+
+    /// `ts_rank`'s weight array, in its order {D, C, B, A}. PostgreSQL
+    /// accepts weights up to 1 only, so all are divided by the largest;
+    /// ranks scale by a constant, which no ranking or score normalisation
+    /// sees. C labels no field.
+    pub fn ts_rank_weights(self) -> Vec<f32> {
+        let largest = self.topic.max(self.keywords).max(1.0);
+        let content = 1.0 / largest;
+        vec![
+            content,
+            content,
+            self.keywords / largest,
+            self.topic / largest,
+        ]
     }
 }
 
@@ -606,6 +697,31 @@ mod tests {
         let mut quoted = String::new();
         push_quoted(&mut quoted, "it's\\");
         assert_eq!(quoted, "'it''s\\\\'");
+    }
+
+    #[test]
+    fn fields_label_their_positions_and_count_on() {
+        let literal = tokenizer().fields_tsvector_literal(&[
+            (Field::Topic, "coffee"),
+            (Field::Keywords, "beans"),
+            (Field::Content, "coffee beans, roasted"),
+        ]);
+        assert_eq!(literal, "'bean':2B,4 'coffe':1A,3 'roast':5");
+    }
+
+    #[test]
+    fn field_weights_fit_ts_rank_range_and_order() {
+        let weights = FieldWeights {
+            topic: 10.0,
+            keywords: 4.0,
+        };
+        assert_eq!(weights.ts_rank_weights(), vec![0.1, 0.1, 0.4, 1.0]);
+        assert_eq!(FieldWeights::EQUAL.ts_rank_weights(), vec![1.0; 4]);
+        let below_content = FieldWeights {
+            topic: 0.5,
+            keywords: 0.0,
+        };
+        assert_eq!(below_content.ts_rank_weights(), vec![1.0, 1.0, 0.0, 0.5]);
     }
 
     #[test]

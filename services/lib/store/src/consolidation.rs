@@ -149,6 +149,8 @@ pub struct StageRules {
     pub gc_grace_days: i32,
     /// Most fragments one run hard-deletes.
     pub gc_max_per_run: i64,
+    /// Most search documents one run tokenises again.
+    pub search_reindex_per_run: i64,
     pub search_event_retention_days: i32,
     /// Days after which surfacing queries are blanked, and events deleted.
     pub surfacing_query_retention_days: i32,

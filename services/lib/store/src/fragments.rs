@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use mneme_core::fragment::PreparedFragment;
+use mneme_core::text::{FieldWeights, SEARCH_DOCUMENT_VERSION};
 use pgvector::Vector;
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -599,30 +600,94 @@ pub async fn graph_neighbors(
 }
 
 /// Full-text matches of the `filter` tsquery literal, ranked by how well
-/// they match the `rank` literal (`ts_rank` normalised by document length).
-/// The two differ when the filter leaves out terms so common that matching
-/// them would read much of the tenant (see `recall::term_stats`).
+/// they match the `rank` literal (`ts_rank` normalised by document length,
+/// a match in each field counted by `fields`). The two literals differ when
+/// the filter leaves out terms so common that matching them would read much
+/// of the tenant (see `recall::term_stats`).
 pub async fn fulltext_search(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
     filter: &str,
     rank: &str,
+    fields: FieldWeights,
     limit: i64,
 ) -> Result<Vec<Hit>> {
+    let weights = fields.ts_rank_weights();
     let rows = tx
         .query(
             &format!(
-                "SELECT id, ts_rank(search_tsv, r, 1) AS rank
+                "SELECT id, ts_rank($22::real[], search_tsv, r, 1) AS rank
                    FROM mneme.fragments f, CAST($19::text AS tsquery) AS q,
                         CAST($21::text AS tsquery) AS r
                   WHERE {SCOPE} AND search_tsv @@ q
                   ORDER BY rank DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
-            &scope.params(&tx.tenant_id(), &[&filter, &limit, &rank]),
+            &scope.params(&tx.tenant_id(), &[&filter, &limit, &rank, &weights]),
         )
         .await?;
     Ok(hits(rows))
+}
+
+/// A fragment whose search document predates the current rules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaleDocument {
+    pub id: Uuid,
+    pub topic: String,
+    pub keywords: Vec<String>,
+    pub content: String,
+}
+
+/// Up to `limit` of the tenant's fragments (any state: superseded and
+/// expired ones are searchable too) whose search documents were written
+/// before [`SEARCH_DOCUMENT_VERSION`], locked until the transaction ends.
+pub async fn lock_stale_search_documents(
+    tx: &TenantTx<'_>,
+    limit: i64,
+) -> Result<Vec<StaleDocument>> {
+    // The version is spelled out, not a parameter, so that the planner can
+    // match the partial index of stale documents.
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT id, topic, keywords, content FROM mneme.fragments
+                  WHERE tenant_id = $1 AND search_version < {SEARCH_DOCUMENT_VERSION}
+                  LIMIT $2
+                    FOR NO KEY UPDATE SKIP LOCKED"
+            ),
+            &[&tx.tenant_id(), &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| StaleDocument {
+            id: row.get(0),
+            topic: row.get(1),
+            keywords: row.get(2),
+            content: row.get(3),
+        })
+        .collect())
+}
+
+/// Replaces the search documents of `ids` with `documents` (`tsvector`
+/// literals written by the current rules).
+pub async fn store_search_documents(
+    tx: &TenantTx<'_>,
+    ids: &[Uuid],
+    documents: &[String],
+) -> Result<u64> {
+    Ok(tx
+        .execute(
+            &format!(
+                "UPDATE mneme.fragments f
+                    SET search_tsv = d.document::tsvector,
+                        search_version = {SEARCH_DOCUMENT_VERSION}
+                   FROM unnest($2::uuid[], $3::text[]) AS d(id, document)
+                  WHERE f.tenant_id = $1 AND f.id = d.id"
+            ),
+            &[&tx.tenant_id(), &ids, &documents],
+        )
+        .await?)
 }
 
 /// How often lexemes occur in the newest fragments of `key_ids`.
@@ -1408,7 +1473,8 @@ pub async fn apply_amendment(
     tx.execute(
         "UPDATE mneme.fragments SET
             content = $3, content_hash = $4, topic = $5, keywords = $6, type = $7, importance = $8,
-            ttl_tier = $9, is_anchor = $10, search_tsv = $11::text::tsvector, estimated_tokens = $12,
+            ttl_tier = $9, is_anchor = $10, search_tsv = $11::text::tsvector,
+            search_version = DEFAULT, estimated_tokens = $12,
             case_id = $13, phase = $14, resolution_status = $15, assertion_status = $16, affect = $17,
             embedding = CASE WHEN $18 THEN NULL ELSE embedding END,
             embedding_model = CASE WHEN $18 THEN NULL ELSE embedding_model END

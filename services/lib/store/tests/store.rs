@@ -3,7 +3,7 @@
 
 use mneme_core::Permission;
 use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
-use mneme_core::text::Tokenizer;
+use mneme_core::text::{FieldWeights, Tokenizer};
 use mneme_store::api_keys::NewKey;
 use mneme_store::fragments::{self, Author, ForgetTarget, SearchScope, WriteOutcome};
 use mneme_store::{Store, StoreOptions, TenantTx, api_keys, cases, key_groups, links, tenants};
@@ -25,12 +25,22 @@ fn prepared(content: &str, topic: &str) -> mneme_core::fragment::PreparedFragmen
     .expect("valid fragment")
 }
 
+/// The full-text field weights of the default configuration.
+const FIELDS: FieldWeights = FieldWeights {
+    topic: 10.0,
+    keywords: 1.0,
+};
+
 async fn remember(store: &Store, tenant: &TestTenant, content: &str) -> Uuid {
+    remember_in(store, tenant, content, "test").await
+}
+
+async fn remember_in(store: &Store, tenant: &TestTenant, content: &str, topic: &str) -> Uuid {
     let mut client = store.client().await.unwrap();
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .unwrap();
-    let written = fragments::insert(&tx, author(tenant), &prepared(content, "test"))
+    let written = fragments::insert(&tx, author(tenant), &prepared(content, topic))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -428,7 +438,7 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
     let keys = [t.key_id];
     let korean = tokenizer.tsquery_literal("에스프레소 좋아해?").unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, &korean, 10)
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, &korean, FIELDS, 10)
         .await
         .unwrap();
     assert_eq!(
@@ -438,7 +448,7 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let english = tokenizer
         .tsquery_literal("when are deploys blocked")
         .unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, &english, 10)
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, &english, FIELDS, 10)
         .await
         .unwrap();
     assert_eq!(hits.first().map(|h| h.id), Some(deploy));
@@ -450,7 +460,7 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     // Another key of the same tenant sees nothing of this key's fragments.
     let other = [Uuid::new_v4()];
     assert!(
-        fragments::fulltext_search(&tx, &scope(&other), &english, &english, 10)
+        fragments::fulltext_search(&tx, &scope(&other), &english, &english, FIELDS, 10)
             .await
             .unwrap()
             .is_empty()
@@ -472,7 +482,7 @@ async fn fulltext_matches_by_its_filter_and_ranks_by_every_term() {
     let keys = [t.key_id];
     let rank = tokenizer.tsquery_literal("canary ledger deploy").unwrap();
     let filter = tokenizer.tsquery_literal("canary").unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &filter, &rank, 10)
+    let hits = fragments::fulltext_search(&tx, &scope(&keys), &filter, &rank, FIELDS, 10)
         .await
         .unwrap();
     // Only fragments with the filter's term; the one sharing more of the
@@ -481,6 +491,42 @@ async fn fulltext_matches_by_its_filter_and_ranks_by_every_term() {
         hits.iter().map(|h| h.id).collect::<Vec<_>>(),
         vec![both, rare]
     );
+}
+
+#[tokio::test]
+async fn fulltext_ranks_a_topic_match_by_the_field_weights() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "fields", ALL_PERMISSIONS).await;
+    let about = remember_in(&store, &t, "The nightly export finished.", "ledger").await;
+    let passing = remember_in(
+        &store,
+        &t,
+        "The ledger job ran after the ledger export.",
+        "exports",
+    )
+    .await;
+    let tokenizer = Tokenizer::default();
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let keys = [t.key_id];
+    let query = tokenizer.tsquery_literal("ledger job").unwrap();
+    let ranked = |fields| {
+        let (tx, keys, query) = (&tx, &keys, &query);
+        async move {
+            fragments::fulltext_search(tx, &scope(keys), query, query, fields, 10)
+                .await
+                .unwrap()
+                .iter()
+                .map(|h| h.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    // Counted alike, the memory with both terms, one twice, matches more.
+    assert_eq!(ranked(FieldWeights::EQUAL).await, vec![passing, about]);
+    // The memory whose topic is the ledger is about it.
+    assert_eq!(ranked(FIELDS).await, vec![about, passing]);
 }
 
 #[tokio::test]
