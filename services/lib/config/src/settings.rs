@@ -346,8 +346,8 @@ settings! {
             "Garbage collection never hard-deletes a fragment younger than this many days.";
         GC_MAX_PER_RUN = "MNEME_GC_MAX_PER_RUN", Some("50"),
             "Most fragments one consolidation of a tenant hard-deletes.";
-        SEARCH_REINDEX_PER_RUN = "MNEME_SEARCH_REINDEX_PER_RUN", Some("20000"),
-            "Search documents written by older tokenisation rules that one consolidation run of a tenant tokenises again (`search_reindex` stage). Each is a row update that touches every index of the row, the vector index included, so a large tenant is redone over several runs; `mneme consolidate --tenant NAME` runs one at once.";
+        SEARCH_REINDEX_PER_RUN = "MNEME_SEARCH_REINDEX_PER_RUN", Some("2000"),
+            "Search documents written by older tokenisation rules that one consolidation run of a tenant tokenises again (`search_reindex` stage). Each is a row update that touches every index of the row, the vector index included (milliseconds each on a large tenant), and the rows stay locked until the stage commits, so the batch is kept to seconds; a large tenant is redone over several runs (until then its older memories match as they always did), and `mneme consolidate --tenant NAME` runs one at once.";
         SEARCH_EVENT_RETENTION_DAYS = "MNEME_SEARCH_EVENT_RETENTION_DAYS", Some("30"),
             "Search events older than this many days are deleted.";
         ANCHOR_MIN_ACCESSES = "MNEME_ANCHOR_MIN_ACCESSES", Some("10"),
