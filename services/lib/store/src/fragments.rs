@@ -1314,7 +1314,10 @@ pub async fn lexical_neighbors(
     let rows = tx
         .query(
             &format!(
-                "SELECT id, content, keywords, ts_rank(search_tsv, q, 1) AS rank
+                // Every field counts alike: these neighbours feed keyword
+                // links and conflict hints, which compare contents, and the
+                // weights of labelled fields are recall's setting.
+                "SELECT id, content, keywords, ts_rank('{{1,1,1,1}}', search_tsv, q, 1) AS rank
                    FROM (SELECT f.id, f.content, f.keywords, f.search_tsv
                            FROM mneme.fragments f
                           WHERE {SCOPE} AND f.search_tsv @@ CAST($19::text AS tsquery)
