@@ -414,12 +414,6 @@ impl Tokenizer {
             .collect()
     }
 
-    /// A `tsvector` literal (`'lexeme':1,4 'other':2`) for the given text,
-    /// every position a [`Field::Content`] one.
-    pub fn tsvector_literal(&self, text: &str) -> String {
-        self.fields_tsvector_literal(&[(Field::Content, text)])
-    }
-
     /// A memory's search document: topic, keywords and content, each
     /// labelled with its [`Field`]. Topic and keywords come first because
     /// a lexeme keeps at most 256 positions, and the labelled ones are
@@ -432,10 +426,11 @@ impl Tokenizer {
         ])
     }
 
-    /// A `tsvector` literal of a document made of `fields` in order, each
-    /// position labelled with its field's weight (`'lexeme':1A,4`), so that
-    /// `ts_rank` can count a match in the topic more than one in passing.
-    pub fn fields_tsvector_literal(&self, fields: &[(Field, &str)]) -> String {
+    /// A `tsvector` literal of a document made of `fields` in order
+    /// (`'lexeme':1A,4 'other':2`), each position labelled with its field's
+    /// weight, so that `ts_rank` can count a match in the topic more than
+    /// one in passing.
+    fn fields_tsvector_literal(&self, fields: &[(Field, &str)]) -> String {
         let mut positions: BTreeMap<String, Vec<(usize, Field)>> = BTreeMap::new();
         let lexemes = fields.iter().flat_map(|&(field, text)| {
             self.lexemes(text)
@@ -692,7 +687,8 @@ mod tests {
 
     #[test]
     fn tsvector_literal_groups_positions_and_escapes() {
-        let literal = tokenizer().tsvector_literal("coffee, coffee and o'clock");
+        let literal =
+            tokenizer().fields_tsvector_literal(&[(Field::Content, "coffee, coffee and o'clock")]);
         assert_eq!(literal, "'clock':3 'coffe':1,2");
         let mut quoted = String::new();
         push_quoted(&mut quoted, "it's\\");
