@@ -267,13 +267,6 @@ async fn detect_contradictions(
     Ok(recorded)
 }
 
-/// Merges near-duplicates: each new fragment (once) against its most
-/// similar older fragments of the same key and topic. A pair is a duplicate
-/// when it is at least `dedup.similarity` similar, shares at least
-/// `dedup.min_overlap` of its lexemes, and no contradiction rule fires
-/// (other numbers or a negation make a different statement, however
-/// similar); the older one is then superseded by the newer. Returns the
-/// fragments merged.
 /// Tokenises again, at most `search_reindex_per_run` per run, the search
 /// documents written by older rules (see
 /// [`SEARCH_DOCUMENT_VERSION`](mneme_core::text::SEARCH_DOCUMENT_VERSION)).
@@ -295,6 +288,13 @@ async fn rewrite_stale_search_documents(
     fragments::store_search_documents(tx, &ids, &documents).await
 }
 
+/// Merges near-duplicates: each new fragment (once) against its most
+/// similar older fragments of the same key and topic. A pair is a duplicate
+/// when it is at least `dedup.similarity` similar, shares at least
+/// `dedup.min_overlap` of its lexemes, and no contradiction rule fires
+/// (other numbers or a negation make a different statement, however
+/// similar); the older one is then superseded by the newer. Returns the
+/// fragments merged.
 async fn merge_duplicates(
     tx: &TenantTx<'_>,
     now: DateTime<Utc>,
