@@ -9,7 +9,8 @@ use mneme_proto::v1::{
     CountByName, ReflectRequest, ReflectResponse, ReflectedFragment, RememberRequest, WriteOutcome,
 };
 use mneme_store::feedback::{self, TaskFeedback};
-use mneme_store::{TenantTx, cases, links};
+use mneme_store::links::{self, Edge};
+use mneme_store::{TenantTx, cases};
 use uuid::Uuid;
 
 use crate::RememberServer;
@@ -233,21 +234,23 @@ impl RememberServer {
             })
             .collect();
         let indexed = writes.into_iter().map(|(_, w)| w).enumerate().collect();
-        let (stored, new_fragments) = self
-            .store_all(&tx, principal, indexed, false, |_| {})
-            .await?;
+        let (stored, new_fragments) = self.store_all(&tx, principal, indexed, |_| {}).await?;
         let episode = stored.iter().find(|s| names[s.index] == "episode");
         let episode_id = episode.map(|s| s.id);
         if let Some(episode) = episode {
             let episode_id = episode.id;
-            let parts: Vec<(Uuid, &str, f32)> = stored
+            // The parts are the caller's own fragments, stored just now.
+            let parts: Vec<Edge> = stored
                 .iter()
                 .filter(|s| s.id != episode_id)
-                .map(|s| (s.id, "part_of", 1.0))
+                .map(|s| Edge {
+                    from_id: s.id,
+                    to_id: episode_id,
+                    relation_type: "part_of".to_owned(),
+                    weight: 1.0,
+                })
                 .collect();
-            for (part, relation, weight) in parts {
-                links::upsert(&tx, &[principal.key_id], part, episode_id, relation, weight).await?;
-            }
+            links::upsert_edges(&tx, &[principal.key_id], &parts).await?;
             let case_id = episode_case(principal.key_id, &agent_id);
             let summary: String = shown[episode.index].0.chars().take(200).collect();
             cases::append(

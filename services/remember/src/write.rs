@@ -2,7 +2,7 @@
 //! work that follows it in the same transaction (case id, links,
 //! supersession, case event).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use mneme_proto::v1::{
     ErrorDetail, Quota, RememberRequest, RememberResponse, WriteOutcome,
 };
 use mneme_store::fragments::{self, Author, SearchScope};
-use mneme_store::links;
+use mneme_store::links::{self, Edge};
 use mneme_store::{Connection, TenantTx, api_keys, cases};
 use uuid::Uuid;
 
@@ -72,6 +72,15 @@ pub(crate) struct Stored {
     pub id: Uuid,
     pub outcome: WriteOutcome,
     pub keywords: Vec<String>,
+}
+
+/// What creating one fragment entailed.
+#[derive(Debug, Default)]
+pub(crate) struct Entailed {
+    /// Links created, supersessions included.
+    pub links_created: u32,
+    pub superseded: Vec<String>,
+    pub warnings: Vec<String>,
 }
 
 fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
@@ -265,190 +274,200 @@ impl RememberServer {
         Ok(conflicts)
     }
 
-    /// The case a new fragment joins: the one it names, else the case of
-    /// the session's latest fragment on the same topic, else — for an error,
-    /// or a decision or procedure following errors — a new case.
-    async fn resolve_case(
+    /// The cases new fragments join, decided in the writes' order as if
+    /// each were stored before the next: the case a write names, else the
+    /// case of the latest fragment of its session and topic, else — for an
+    /// error, or a decision or procedure following errors — a new case.
+    /// At most two statements however many writes (the stored cases of
+    /// their sessions and topics, then the adoption of earlier errors
+    /// without one), so a batch need not store its writes one at a time.
+    async fn resolve_cases(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
-        write: &mut Write,
+        writes: Vec<&mut Write>,
     ) -> Result<()> {
-        if !needs_case_resolution(write) {
+        let mut pending: Vec<(String, String, &mut Write)> = writes
+            .into_iter()
+            .filter(|write| needs_case_resolution(write))
+            .filter_map(|write| {
+                let session = write.session_id.clone()?;
+                Some((session, write.fragment.topic.clone(), write))
+            })
+            .collect();
+        if pending.is_empty() {
             return Ok(());
         }
-        let fragment = &mut write.fragment;
-        let Some(session) = write.session_id.as_deref() else {
-            return Ok(());
-        };
-        if let Some(case_id) =
-            cases::case_of_session_topic(tx, principal.key_id, session, &fragment.topic).await?
-        {
-            fragment.case.case_id = Some(case_id);
-            return Ok(());
+        let mut pairs: Vec<(&str, &str)> = Vec::new();
+        for (session, topic, _) in &pending {
+            if !pairs.contains(&(session.as_str(), topic.as_str())) {
+                pairs.push((session, topic));
+            }
         }
-        let case_id = format!("case-{}", Uuid::now_v7());
-        let adopted =
-            cases::adopt_session_errors(tx, principal.key_id, session, &fragment.topic, &case_id)
-                .await?;
-        if fragment.fragment_type == FragmentType::Error || adopted > 0 {
-            fragment.case.case_id = Some(case_id);
+        let mut joined = cases::cases_of_session_topics(tx, principal.key_id, &pairs).await?;
+        // A pair without a case gets one id up front; its first error (or
+        // any write, once earlier errors were adopted into it) opens it.
+        let opened: HashMap<(String, String), String> = pairs
+            .iter()
+            .filter(|&&(s, t)| !joined.contains_key(&(s.to_owned(), t.to_owned())))
+            .map(|&(s, t)| {
+                let pair = (s.to_owned(), t.to_owned());
+                (pair, format!("case-{}", Uuid::now_v7()))
+            })
+            .collect();
+        let adoptions: Vec<(&str, &str, &str)> = opened
+            .iter()
+            .map(|((s, t), case_id)| (s.as_str(), t.as_str(), case_id.as_str()))
+            .collect();
+        let adopted = cases::adopt_session_errors(tx, principal.key_id, &adoptions).await?;
+        for (session, topic, write) in &mut pending {
+            let pair = (std::mem::take(session), std::mem::take(topic));
+            if let Some(case_id) = joined.get(&pair) {
+                write.fragment.case.case_id = Some(case_id.clone());
+            } else if write.fragment.fragment_type == FragmentType::Error || adopted.contains(&pair)
+            {
+                let case_id = opened[&pair].clone();
+                write.fragment.case.case_id = Some(case_id.clone());
+                joined.insert(pair, case_id);
+            }
         }
         Ok(())
     }
 
-    /// What a newly created fragment needs inside its own transaction: the
-    /// links the caller asked for, supersession, and its case event.
-    /// Returns (links created, superseded ids, warnings).
+    /// What newly created fragments entail inside their transaction, in
+    /// the order given (a case's events chain in that order): the links
+    /// their writers asked for, supersession, and their case events. Links
+    /// and events take one statement each however many fragments.
     async fn after_insert(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
-        write: &Write,
-        id: Uuid,
-    ) -> Result<(u32, Vec<String>, Vec<String>)> {
+        created: &[(Uuid, &Write)],
+    ) -> Result<Vec<Entailed>> {
         let key_ids = principal.readable_key_ids();
-        let mut warnings = Vec::new();
-
-        let mut superseded = Vec::new();
-        if !write.supersedes.is_empty() {
-            let old: Vec<Uuid> = write
-                .supersedes
-                .iter()
-                .filter_map(|s| s.trim().parse().ok())
-                .collect();
-            let done = fragments::supersede(tx, &key_ids, &old, id).await?;
-            for requested in &write.supersedes {
-                if !done.iter().any(|d| d.to_string() == requested.trim()) {
-                    warnings.push(format!(
-                        "supersedes: no valid fragment `{requested}` to supersede"
-                    ));
+        let mut entailed: Vec<Entailed> = Vec::with_capacity(created.len());
+        for (id, write) in created {
+            let mut entail = Entailed::default();
+            if !write.supersedes.is_empty() {
+                let old: Vec<Uuid> = write
+                    .supersedes
+                    .iter()
+                    .filter_map(|s| s.trim().parse().ok())
+                    .collect();
+                let done = fragments::supersede(tx, &key_ids, &old, *id).await?;
+                for requested in &write.supersedes {
+                    if !done.iter().any(|d| d.to_string() == requested.trim()) {
+                        entail.warnings.push(format!(
+                            "supersedes: no valid fragment `{requested}` to supersede"
+                        ));
+                    }
                 }
+                entail.superseded = done.iter().map(Uuid::to_string).collect();
             }
-            superseded = done.iter().map(Uuid::to_string).collect();
+            entailed.push(entail);
         }
 
-        let requested: Vec<(String, Option<Uuid>)> = write
-            .linked_to
+        let link_target =
+            |raw: &str, id: Uuid| raw.trim().parse::<Uuid>().ok().filter(|t| *t != id);
+        let edges: Vec<Edge> = created
             .iter()
-            .map(|raw| {
-                (
-                    raw.clone(),
-                    raw.trim().parse::<Uuid>().ok().filter(|t| *t != id),
-                )
+            .flat_map(|(id, write)| {
+                write.linked_to.iter().filter_map(move |raw| {
+                    Some(Edge {
+                        from_id: *id,
+                        to_id: link_target(raw, *id)?,
+                        relation_type: "related".to_owned(),
+                        weight: 1.0,
+                    })
+                })
             })
             .collect();
-        let targets: Vec<(Uuid, &str, f32)> = requested
-            .iter()
-            .filter_map(|(_, t)| t.map(|t| (t, "related", 1.0)))
+        let linked: HashSet<(Uuid, Uuid)> = links::upsert_edges(tx, &key_ids, &edges)
+            .await?
+            .into_iter()
+            .map(|(from, to, _)| (from, to))
             .collect();
-        let created = links::upsert_many(tx, &key_ids, id, &targets).await?;
-        for (raw, target) in &requested {
-            if !target.is_some_and(|t| created.iter().any(|(c, _)| *c == t)) {
-                warnings.push(format!("linkedTo: no fragment `{raw}` to link to"));
+        for ((id, write), entail) in created.iter().zip(&mut entailed) {
+            for raw in &write.linked_to {
+                if !link_target(raw, *id).is_some_and(|t| linked.contains(&(*id, t))) {
+                    entail
+                        .warnings
+                        .push(format!("linkedTo: no fragment `{raw}` to link to"));
+                }
             }
+            let links = linked.iter().filter(|(from, _)| from == id).count();
+            entail.links_created =
+                u32::try_from(links + entail.superseded.len()).unwrap_or(u32::MAX);
         }
 
-        if let (Some(case_id), Some(event_type)) = (
-            &write.fragment.case.case_id,
-            case_event_type(write.fragment.fragment_type),
-        ) {
-            let summary: String = write.fragment.content.chars().take(200).collect();
-            cases::append(
-                tx,
-                &cases::NewEvent {
+        let summaries: Vec<String> = created
+            .iter()
+            .map(|(_, write)| write.fragment.content.chars().take(200).collect())
+            .collect();
+        let events: Vec<cases::NewEvent<'_>> = created
+            .iter()
+            .zip(&summaries)
+            .filter_map(|((id, write), summary)| {
+                Some(cases::NewEvent {
                     key_id: principal.key_id,
-                    case_id,
+                    case_id: write.fragment.case.case_id.as_deref()?,
                     session_id: write.session_id.as_deref(),
-                    event_type,
-                    summary: &summary,
+                    event_type: case_event_type(write.fragment.fragment_type)?,
+                    summary,
                     entity_keys: &write.fragment.keywords,
-                    source_fragment_id: Some(id),
-                },
-            )
-            .await?;
-        }
-        let created = u32::try_from(created.len()).unwrap_or(u32::MAX) + superseded.len() as u32;
-        Ok((created, superseded, warnings))
+                    source_fragment_id: Some(*id),
+                })
+            })
+            .collect();
+        cases::append_many(tx, &events).await?;
+        Ok(entailed)
     }
 
-    /// Inserts validated fragments in `tx`, in order, each with what its
-    /// creation entails (links, supersession, case event). `assign_cases`
-    /// lets errors and fixes of a session open and join cases. `on_stored`
+    /// Inserts validated fragments in `tx`, in bulk inserts of up to
+    /// [`ROWS_PER_INSERT`], then what their creation entails (links,
+    /// supersession, case events) in the writes' own order. `on_stored`
     /// receives the running count. Returns every item's outcome and the
-    /// fragments created, for [`Self::after_commit`].
+    /// fragments created, for [`Self::after_commit`]. Cases are resolved
+    /// beforehand ([`Self::resolve_cases`]).
     pub(crate) async fn store_all(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
         writes: Vec<(usize, Write)>,
-        assign_cases: bool,
         mut on_stored: impl FnMut(usize),
     ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
         let mut stored = Vec::with_capacity(writes.len());
-        let mut created = Vec::new();
-        // Consecutive writes go in one bulk insert. A write that may open or
-        // join a session's case is resolved against everything stored before
-        // it, so the run before it is flushed first and it goes alone.
-        let mut run: Vec<(usize, Write)> = Vec::new();
-        for (index, mut write) in writes {
-            let alone = assign_cases && needs_case_resolution(&write);
-            if alone || run.len() == ROWS_PER_INSERT {
-                let full = std::mem::take(&mut run);
-                self.insert_run(
-                    tx,
-                    principal,
-                    full,
-                    &mut stored,
-                    &mut created,
-                    &mut on_stored,
-                )
+        let mut created: Vec<(usize, Uuid, Write)> = Vec::new();
+        let mut writes = writes.into_iter().peekable();
+        while writes.peek().is_some() {
+            let run: Vec<(usize, Write)> = writes.by_ref().take(ROWS_PER_INSERT).collect();
+            self.insert_run(tx, principal, run, &mut stored, &mut created)
                 .await?;
-            }
-            if alone {
-                self.resolve_case(tx, principal, &mut write).await?;
-                let single = vec![(index, write)];
-                self.insert_run(
-                    tx,
-                    principal,
-                    single,
-                    &mut stored,
-                    &mut created,
-                    &mut on_stored,
-                )
-                .await?;
-            } else {
-                run.push((index, write));
-            }
+            on_stored(stored.len());
         }
-        self.insert_run(
-            tx,
-            principal,
-            run,
-            &mut stored,
-            &mut created,
-            &mut on_stored,
-        )
-        .await?;
-        Ok((stored, created))
+        created.sort_by_key(|(index, ..)| *index);
+        let entailing: Vec<(Uuid, &Write)> = created.iter().map(|(_, id, w)| (*id, w)).collect();
+        self.after_insert(tx, principal, &entailing).await?;
+        Ok((
+            stored,
+            created
+                .into_iter()
+                .map(|(_, id, write)| (id, write))
+                .collect(),
+        ))
     }
 
-    /// Inserts `run` (one statement for the lot when there are several),
-    /// then what each new fragment entails, and reports the running count
-    /// to `on_stored`. Writes that hit a unique constraint are resolved one
-    /// by one, as a replay or a duplicate. An empty run does nothing.
+    /// Inserts `run` (one statement for the lot when there are several).
+    /// Writes that hit a unique constraint are resolved one by one, as a
+    /// replay or a duplicate.
     async fn insert_run(
         &self,
         tx: &TenantTx<'_>,
         principal: &Principal,
         run: Vec<(usize, Write)>,
         stored: &mut Vec<Stored>,
-        created: &mut Vec<(Uuid, Write)>,
-        on_stored: &mut impl FnMut(usize),
+        created: &mut Vec<(usize, Uuid, Write)>,
     ) -> Result<()> {
-        if run.is_empty() {
-            return Ok(());
-        }
         fn author<'w>(principal: &Principal, write: &'w Write) -> Author<'w> {
             Author {
                 key_id: principal.key_id,
@@ -478,11 +497,9 @@ impl RememberServer {
                 keywords: written.keywords,
             });
             if outcome == WriteOutcome::Created {
-                self.after_insert(tx, principal, &write, written.id).await?;
-                created.push((written.id, write));
+                created.push((index, written.id, write));
             }
         }
-        on_stored(stored.len());
         Ok(())
     }
 
@@ -600,7 +617,7 @@ impl RememberServer {
         let store = async {
             let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
             self.check_quota(&tx, principal, 1).await?;
-            self.resolve_case(&tx, principal, &mut write).await?;
+            self.resolve_cases(&tx, principal, vec![&mut write]).await?;
             let author = Author {
                 key_id: principal.key_id,
                 agent_id: &write.agent_id,
@@ -609,10 +626,12 @@ impl RememberServer {
             let written = fragments::insert(&tx, author, &write.fragment).await?;
             let created = outcome_of(written.outcome) == WriteOutcome::Created;
             let entailed = if created {
-                self.after_insert(&tx, principal, &write, written.id)
+                self.after_insert(&tx, principal, &[(written.id, &write)])
                     .await?
+                    .pop()
+                    .unwrap_or_default()
             } else {
-                (0, Vec::new(), Vec::new())
+                Entailed::default()
             };
             let conflicts = if look_inside {
                 self.conflicts(&tx, principal, &probe, Some(written.id))
@@ -625,7 +644,15 @@ impl RememberServer {
         };
         // Boxed: together the two would make every caller's future large.
         let (beside, stored) = tokio::join!(Box::pin(beside), Box::pin(store));
-        let (written, (links_created, superseded, mut warnings), mut conflicts) = stored?;
+        let (
+            written,
+            Entailed {
+                links_created,
+                superseded,
+                mut warnings,
+            },
+            mut conflicts,
+        ) = stored?;
         warnings.extend(policy_warnings);
         match beside {
             // The lookup could not see the new fragment, but it may have
@@ -698,7 +725,7 @@ impl RememberServer {
         let conflicts = self
             .conflicts(&tx, principal, &ConflictProbe::of(&write), None)
             .await?;
-        self.resolve_case(&tx, principal, &mut write).await?;
+        self.resolve_cases(&tx, principal, vec![&mut write]).await?;
         let quota = match quota {
             Ok(quota) => Some(quota),
             Err(error) => {
@@ -735,21 +762,21 @@ impl RememberServer {
         mut valid: Vec<(usize, Write)>,
         on_stored: impl FnMut(usize),
     ) -> Result<(Vec<Stored>, Vec<(Uuid, Write)>)> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        self.check_quota(&tx, principal, valid.len() as u64).await?;
+        // Cases follow the callers' order (an error opens one, the fix
+        // after it joins); once they are settled the order of insertion no
+        // longer matters.
+        self.resolve_cases(&tx, principal, valid.iter_mut().map(|(_, w)| w).collect())
+            .await?;
         // Concurrent writes of the same memories wait for each other's
         // uncommitted rows; inserted in one global order (by content hash)
         // they never wait in a cycle. Two imports of one key in opposite
         // orders otherwise deadlocked and, retried together, deadlocked
-        // again. A write that settles a case depends on what precedes it,
-        // so a batch holding one keeps its order (and its retries).
-        if !valid.iter().any(|(_, write)| needs_case_resolution(write)) {
-            valid.sort_by(|(_, a), (_, b)| a.fragment.content_hash.cmp(&b.fragment.content_hash));
-        }
-        let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
-        self.check_quota(&tx, principal, valid.len() as u64).await?;
-        let stored = self
-            .store_all(&tx, principal, valid, true, on_stored)
-            .await?;
+        // again.
+        valid.sort_by(|(_, a), (_, b)| a.fragment.content_hash.cmp(&b.fragment.content_hash));
+        let stored = self.store_all(&tx, principal, valid, on_stored).await?;
         tx.commit().await?;
         Ok(stored)
     }

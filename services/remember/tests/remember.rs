@@ -720,10 +720,120 @@ mod write_path {
         // Validation, then progress after every bulk insert, strictly
         // growing to the total (130 validated + 130 stored).
         let events = events.into_inner().unwrap();
-        assert!(events.len() >= 5, "{events:?}");
-        assert!(events.windows(2).all(|w| w[0] < w[1]), "{events:?}");
-        assert_eq!(events.first(), Some(&130));
-        assert_eq!(events.last(), Some(&260));
+        assert_eq!(
+            events,
+            vec![130, 180, 230, 260],
+            "three inserts of 50, 50, 30"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_settles_cases_in_the_callers_order_and_stores_in_bulk() {
+        let h = harness().await;
+        // An error of the session stored without a case (as an import
+        // through `reflect` leaves it): the first case-event write of its
+        // topic adopts it.
+        let orphan = h
+            .remember(
+                Some("s-7"),
+                kind("The export stalled at 80 percent.", "error", "export"),
+            )
+            .await;
+        h.db.owner_in_tenant(h.tenant.tenant_id)
+            .await
+            .execute(
+                "UPDATE mneme.fragments SET case_id = NULL WHERE id = $1",
+                &[&orphan.id.parse::<uuid::Uuid>().unwrap()],
+            )
+            .await
+            .unwrap();
+
+        let items = vec![
+            kind("Restarting the cache fixed nothing.", "procedure", "cache"),
+            kind("The cache node ran out of memory.", "error", "cache"),
+            kind(
+                "We decided to shard the export by day.",
+                "decision",
+                "export",
+            ),
+            kind("The cache holds sessions for 30 days.", "fact", "cache"),
+            kind(
+                "Raising the cache memory to 8 GiB fixed it.",
+                "procedure",
+                "cache",
+            ),
+            kind(
+                "Sharding the export fixed the stall.",
+                "procedure",
+                "export",
+            ),
+        ];
+        let result = h
+            .server
+            .batch_remember(
+                &h.who(Some("s-7")),
+                mneme_proto::v1::BatchRememberRequest {
+                    items,
+                    ..Default::default()
+                },
+                |_| {},
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.created, 6);
+        let id = |i: usize| result.results[i].id.clone().unwrap();
+        let case_of = |id: String| {
+            let h = &h;
+            async move {
+                let case: Option<String> =
+                    h.db.owner_in_tenant(h.tenant.tenant_id)
+                        .await
+                        .query_one(
+                            "SELECT case_id FROM mneme.fragments WHERE id = $1",
+                            &[&id.parse::<uuid::Uuid>().unwrap()],
+                        )
+                        .await
+                        .unwrap()
+                        .get(0);
+                case
+            }
+        };
+        // A fix before any error of its topic opens nothing; the error
+        // opens a case the later fix joins; the fact stays outside.
+        assert_eq!(case_of(id(0)).await, None);
+        let cache_case = case_of(id(1)).await.expect("the error opens a case");
+        assert_eq!(case_of(id(4)).await.as_ref(), Some(&cache_case));
+        assert_eq!(case_of(id(3)).await, None);
+        // The export decision adopted the orphaned error; the fix joined.
+        let export_case = case_of(id(2)).await.expect("the decision adopts the error");
+        assert_ne!(export_case, cache_case);
+        assert_eq!(
+            case_of(orphan.id.clone()).await.as_ref(),
+            Some(&export_case)
+        );
+        assert_eq!(case_of(id(5)).await.as_ref(), Some(&export_case));
+        // Each case's events chain in the callers' order, whatever order
+        // the rows were inserted in.
+        let edge = |from: String, to: String| {
+            let h = &h;
+            async move {
+                h.scalar(&format!(
+                    "SELECT count(*) FROM mneme.case_event_edges e
+                       JOIN mneme.case_events a ON a.id = e.from_event
+                       JOIN mneme.case_events b ON b.id = e.to_event
+                      WHERE e.edge_type = 'preceded_by'
+                        AND a.source_fragment_id = '{from}' AND b.source_fragment_id = '{to}'"
+                ))
+                .await
+            }
+        };
+        assert_eq!(edge(id(4), id(1)).await, 1);
+        assert_eq!(edge(id(5), id(2)).await, 1);
+        assert_eq!(
+            h.scalar("SELECT count(*) FROM mneme.case_events").await,
+            5,
+            "the first error's own event, then the error, the decision and the two fixes"
+        );
     }
 
     #[tokio::test]

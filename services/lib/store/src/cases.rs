@@ -2,6 +2,8 @@
 //! while working on one problem ("case"), as a DAG of typed events linked to
 //! the fragments that document them.
 
+use std::collections::{HashMap, HashSet};
+
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 use uuid::Uuid;
@@ -55,43 +57,80 @@ pub struct NewEvent<'a> {
     pub source_fragment_id: Option<Uuid>,
 }
 
-/// Appends an event to its case, linked `preceded_by` to the case's
-/// previous event so the history reads as a chain, and recorded as produced
-/// by its source fragment. One statement: a case-opening write is on the
-/// acknowledged path, and four round trips there cost more than the rows.
-/// The foreign keys of the edge and the evidence are checked at the end of
-/// the statement, when the event they name exists.
+/// Appends an event to its case; see [`append_many`].
 pub async fn append(tx: &TenantTx<'_>, event: &NewEvent<'_>) -> Result<Uuid> {
-    let id = Uuid::now_v7();
+    let ids = append_many(tx, std::slice::from_ref(event)).await?;
+    Ok(ids[0])
+}
+
+/// Appends events in order, each linked `preceded_by` to the previous event
+/// of its case (the one before it in `events`, else the case's latest
+/// stored event) so a case's history reads as a chain, and recorded as
+/// produced by its source fragment. Returns the events' ids.
+///
+/// One statement however many events: a case-opening write is on the
+/// acknowledged path, and a batch of writes opening cases paid four round
+/// trips per event, then one per event. The foreign keys of the edges and
+/// the evidence are checked at the end of the statement, when the events
+/// they name exist.
+pub async fn append_many(tx: &TenantTx<'_>, events: &[NewEvent<'_>]) -> Result<Vec<Uuid>> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = events.iter().map(|_| Uuid::now_v7()).collect();
+    let key_ids: Vec<Uuid> = events.iter().map(|e| e.key_id).collect();
+    let case_ids: Vec<&str> = events.iter().map(|e| e.case_id).collect();
+    let session_ids: Vec<Option<&str>> = events.iter().map(|e| e.session_id).collect();
+    let event_types: Vec<&str> = events.iter().map(|e| e.event_type).collect();
+    let summaries: Vec<&str> = events.iter().map(|e| e.summary).collect();
+    // Arrays of arrays must be rectangular in PostgreSQL; each event's
+    // keys travel as one JSON array.
+    let entity_keys: Vec<serde_json::Value> = events
+        .iter()
+        .map(|e| serde_json::Value::from(e.entity_keys.to_vec()))
+        .collect();
+    let sources: Vec<Option<Uuid>> = events.iter().map(|e| e.source_fragment_id).collect();
     tx.execute(
-        "WITH previous AS (
-              SELECT id FROM mneme.case_events WHERE tenant_id = $1 AND case_id = $4
-               ORDER BY created_at DESC, id DESC LIMIT 1),
+        "WITH input AS (
+              SELECT t.*, lag(t.id) OVER (PARTITION BY t.case_id ORDER BY t.ord) AS earlier
+                FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                            $7::text[], $8::jsonb[], $9::uuid[]) WITH ORDINALITY
+                     AS t(id, key_id, case_id, session_id, event_type, summary, entity_keys,
+                          source_fragment_id, ord)),
           event AS (
               INSERT INTO mneme.case_events (tenant_id, id, key_id, case_id, session_id,
                                              event_type, summary, entity_keys, source_fragment_id)
-              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)),
+              SELECT $1, id, key_id, case_id, session_id, event_type, summary,
+                     ARRAY(SELECT jsonb_array_elements_text(entity_keys)), source_fragment_id
+                FROM input ORDER BY ord),
           edge AS (
               INSERT INTO mneme.case_event_edges (tenant_id, from_event, to_event, edge_type)
-              SELECT $1, $2, previous.id, 'preceded_by' FROM previous
+              SELECT $1, i.id, COALESCE(i.earlier, stored.id), 'preceded_by'
+                FROM input i
+                LEFT JOIN LATERAL (
+                     SELECT id FROM mneme.case_events
+                      WHERE tenant_id = $1 AND case_id = i.case_id
+                      ORDER BY created_at DESC, id DESC LIMIT 1) stored ON i.earlier IS NULL
+               WHERE COALESCE(i.earlier, stored.id) IS NOT NULL
               ON CONFLICT DO NOTHING)
          INSERT INTO mneme.fragment_evidence (tenant_id, fragment_id, event_id, kind)
-         SELECT $1, $9, $2, 'produced_by' WHERE $9::uuid IS NOT NULL
+         SELECT $1, source_fragment_id, id, 'produced_by' FROM input
+          WHERE source_fragment_id IS NOT NULL
          ON CONFLICT DO NOTHING",
         &[
             &tx.tenant_id(),
-            &id,
-            &event.key_id,
-            &event.case_id,
-            &event.session_id,
-            &event.event_type,
-            &event.summary,
-            &event.entity_keys,
-            &event.source_fragment_id,
+            &ids,
+            &key_ids,
+            &case_ids,
+            &session_ids,
+            &event_types,
+            &summaries,
+            &entity_keys,
+            &sources,
         ],
     )
     .await?;
-    Ok(id)
+    Ok(ids)
 }
 
 /// CaseRewardBackprop: moves the importance of the live fragments of
@@ -176,43 +215,62 @@ pub async fn edges(tx: &TenantTx<'_>, event_ids: &[Uuid]) -> Result<Vec<CaseEdge
         .collect())
 }
 
-/// The case a new fragment of this session and topic belongs to: the case of
-/// the latest fragment of the same key, session and topic that has one.
-pub async fn case_of_session_topic(
+/// The case of each (session, topic) pair that has one: the case of the
+/// latest fragment of the key, session and topic that carries one. One
+/// statement for all pairs.
+pub async fn cases_of_session_topics(
     tx: &TenantTx<'_>,
     key_id: Uuid,
-    session_id: &str,
-    topic: &str,
-) -> Result<Option<String>> {
-    Ok(tx
-        .query_opt(
-            "SELECT case_id FROM mneme.fragments
-              WHERE tenant_id = $1 AND key_id = $2 AND session_id = $3 AND topic = $4
-                AND case_id IS NOT NULL
-              ORDER BY created_at DESC LIMIT 1",
-            &[&tx.tenant_id(), &key_id, &session_id, &topic],
+    pairs: &[(&str, &str)],
+) -> Result<HashMap<(String, String), String>> {
+    if pairs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (sessions, topics): (Vec<&str>, Vec<&str>) = pairs.iter().copied().unzip();
+    let rows = tx
+        .query(
+            "SELECT p.session_id, p.topic, latest.case_id
+               FROM unnest($3::text[], $4::text[]) AS p(session_id, topic)
+               CROSS JOIN LATERAL (
+                    SELECT case_id FROM mneme.fragments
+                     WHERE tenant_id = $1 AND key_id = $2 AND session_id = p.session_id
+                       AND topic = p.topic AND case_id IS NOT NULL
+                     ORDER BY created_at DESC LIMIT 1) latest",
+            &[&tx.tenant_id(), &key_id, &sessions, &topics],
         )
-        .await?
-        .map(|row| row.get(0)))
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| ((row.get(0), row.get(1)), row.get(2)))
+        .collect())
 }
 
-/// Puts the session's earlier errors on this topic that have no case into
-/// `case_id`; returns how many.
+/// Puts each session's earlier errors on a topic that have no case into
+/// the case given for that (session, topic); returns the pairs where any
+/// error moved. One statement for all pairs.
 pub async fn adopt_session_errors(
     tx: &TenantTx<'_>,
     key_id: Uuid,
-    session_id: &str,
-    topic: &str,
-    case_id: &str,
-) -> Result<u64> {
-    Ok(tx
-        .execute(
-            "UPDATE mneme.fragments SET case_id = $5
-              WHERE tenant_id = $1 AND key_id = $2 AND session_id = $3 AND topic = $4
-                AND type = 'error' AND case_id IS NULL AND valid_to IS NULL",
-            &[&tx.tenant_id(), &key_id, &session_id, &topic, &case_id],
+    adoptions: &[(&str, &str, &str)],
+) -> Result<HashSet<(String, String)>> {
+    if adoptions.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let sessions: Vec<&str> = adoptions.iter().map(|a| a.0).collect();
+    let topics: Vec<&str> = adoptions.iter().map(|a| a.1).collect();
+    let case_ids: Vec<&str> = adoptions.iter().map(|a| a.2).collect();
+    let rows = tx
+        .query(
+            "UPDATE mneme.fragments f SET case_id = p.case_id
+               FROM unnest($3::text[], $4::text[], $5::text[]) AS p(session_id, topic, case_id)
+              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.session_id = p.session_id
+                AND f.topic = p.topic AND f.type = 'error' AND f.case_id IS NULL
+                AND f.valid_to IS NULL
+             RETURNING p.session_id, p.topic",
+            &[&tx.tenant_id(), &key_id, &sessions, &topics, &case_ids],
         )
-        .await?)
+        .await?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
 
 /// Case ids the given fragments carry, with their metadata, for case mode.

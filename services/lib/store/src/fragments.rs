@@ -144,116 +144,61 @@ pub async fn insert(
         .ok_or_else(|| StoreError::Invalid("fragment changed concurrently; retry".into()))
 }
 
-/// The columns a new fragment is written with, in the order of
-/// [`insert`]'s statement and of [`insert_many`]'s staging table.
-const STAGED_COLUMNS: &str = "ord, id, key_id, agent_id, session_id, workspace, content, \
-     content_hash, topic, keywords, type, importance, ttl_tier, is_anchor, source, \
-     idempotency_key, context_summary, estimated_tokens, search_tsv, case_id, goal, outcome, \
-     phase, resolution_status, assertion_status, affect, occurred_at";
-
-/// Inserts many prepared fragments with one `COPY` and one `INSERT …
-/// SELECT`, in order. Returns, per row, what was created, or `None` where a
-/// unique constraint fired (an idempotency key or content seen before, in
-/// the table or earlier in `rows`): the caller resolves those one at a
-/// time with [`insert`], which tells a replay from a duplicate.
+/// Inserts many prepared fragments with one `INSERT … SELECT FROM unnest`,
+/// in order. Returns, per row, what was created, or `None` where a unique
+/// constraint fired (an idempotency key or content seen before, in the
+/// table or earlier in `rows`): the caller resolves those one at a time
+/// with [`insert`], which tells a replay from a duplicate.
 ///
 /// Used by `batch_remember`: a round trip per fragment dominated its time.
-/// The staging table is temporary and dropped at commit, so nothing of it
-/// outlives the transaction (or survives a pooler that hands the connection
-/// to someone else).
+/// The rows travel as one array per column rather than through a `COPY`
+/// into a temporary table: creating and dropping that table for every
+/// insert wrote and deleted some forty catalog rows each time, which
+/// bloats the catalogs between vacuums and makes every backend reload its
+/// caches.
 pub async fn insert_many(
     tx: &TenantTx<'_>,
     rows: &[(Author<'_>, &PreparedFragment)],
 ) -> Result<Vec<Option<Written>>> {
-    use tokio_postgres::binary_copy::BinaryCopyInWriter;
-    use tokio_postgres::types::{ToSql, Type};
-
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    tx.batch_execute(
-        "CREATE TEMP TABLE IF NOT EXISTS fragment_staging (
-             ord int, id uuid, key_id uuid, agent_id text, session_id text, workspace text,
-             content text, content_hash text, topic text, keywords text[], type text,
-             importance real, ttl_tier text, is_anchor boolean, source text,
-             idempotency_key text, context_summary text, estimated_tokens int, search_tsv text,
-             case_id text, goal text, outcome text, phase text, resolution_status text,
-             assertion_status text, affect text, occurred_at timestamptz
-         ) ON COMMIT DROP",
-    )
-    .await?;
-    let types = [
-        Type::INT4,
-        Type::UUID,
-        Type::UUID,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT_ARRAY,
-        Type::TEXT,
-        Type::FLOAT4,
-        Type::TEXT,
-        Type::BOOL,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::INT4,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TEXT,
-        Type::TIMESTAMPTZ,
-    ];
-    let sink = tx
-        .copy_in(&format!(
-            "COPY fragment_staging ({STAGED_COLUMNS}) FROM STDIN BINARY"
-        ))
-        .await?;
-    let writer = BinaryCopyInWriter::new(sink, &types);
-    let mut writer = std::pin::pin!(writer);
-    let ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
-    for (ord, ((author, fragment), id)) in rows.iter().zip(&ids).enumerate() {
-        let ord = ord as i32;
-        let tokens = fragment.estimated_tokens as i32;
-        let values: [&(dyn ToSql + Sync); 27] = [
-            &ord,
-            id,
-            &author.key_id,
-            &author.agent_id,
-            &author.session_id,
-            &fragment.workspace,
-            &fragment.content,
-            &fragment.content_hash,
-            &fragment.topic,
-            &fragment.keywords,
-            &fragment.fragment_type.as_str(),
-            &fragment.importance,
-            &fragment.ttl_tier.as_str(),
-            &fragment.is_anchor,
-            &fragment.source,
-            &fragment.idempotency_key,
-            &fragment.context_summary,
-            &tokens,
-            &fragment.search_lexemes,
-            &fragment.case.case_id,
-            &fragment.case.goal,
-            &fragment.case.outcome,
-            &fragment.case.phase,
-            &fragment.case.resolution_status.map(|s| s.as_str()),
-            &fragment.assertion_status.as_str(),
-            &fragment.affect.as_str(),
-            &fragment.occurred_at,
-        ];
-        writer.as_mut().write(&values).await?;
+    fn column<'r, T>(
+        rows: &'r [(Author<'_>, &PreparedFragment)],
+        value: impl Fn(&'r Author<'_>, &'r PreparedFragment) -> T,
+    ) -> Vec<T> {
+        rows.iter()
+            .map(|(author, fragment)| value(author, fragment))
+            .collect()
     }
-    writer.finish().await?;
+    let ids: Vec<Uuid> = rows.iter().map(|_| Uuid::now_v7()).collect();
+    let key_ids = column(rows, |a, _| a.key_id);
+    let agent_ids = column(rows, |a, _| a.agent_id);
+    let session_ids = column(rows, |a, _| a.session_id);
+    let workspaces = column(rows, |_, f| f.workspace.as_deref());
+    let contents = column(rows, |_, f| f.content.as_str());
+    let hashes = column(rows, |_, f| f.content_hash.as_str());
+    let topics = column(rows, |_, f| f.topic.as_str());
+    // Arrays of arrays must be rectangular in PostgreSQL; each row's
+    // keywords travel as one JSON array.
+    let keywords = column(rows, |_, f| serde_json::Value::from(f.keywords.clone()));
+    let types = column(rows, |_, f| f.fragment_type.as_str());
+    let importances = column(rows, |_, f| f.importance);
+    let tiers = column(rows, |_, f| f.ttl_tier.as_str());
+    let anchors = column(rows, |_, f| f.is_anchor);
+    let sources = column(rows, |_, f| f.source.as_deref());
+    let idempotency_keys = column(rows, |_, f| f.idempotency_key.as_deref());
+    let summaries = column(rows, |_, f| f.context_summary.as_deref());
+    let tokens = column(rows, |_, f| f.estimated_tokens as i32);
+    let lexemes = column(rows, |_, f| f.search_lexemes.as_str());
+    let case_ids = column(rows, |_, f| f.case.case_id.as_deref());
+    let goals = column(rows, |_, f| f.case.goal.as_deref());
+    let outcomes = column(rows, |_, f| f.case.outcome.as_deref());
+    let phases = column(rows, |_, f| f.case.phase.as_deref());
+    let statuses = column(rows, |_, f| f.case.resolution_status.map(|s| s.as_str()));
+    let assertions = column(rows, |_, f| f.assertion_status.as_str());
+    let affects = column(rows, |_, f| f.affect.as_str());
+    let occurred = column(rows, |_, f| f.occurred_at);
 
     let inserted = tx
         .query(
@@ -263,14 +208,53 @@ pub async fn insert_many(
                   context_summary, estimated_tokens, search_tsv, case_id, goal, outcome, phase,
                   resolution_status, assertion_status, affect, occurred_at)
              SELECT $1, id, key_id, agent_id, session_id, workspace, content, content_hash,
-                    topic, keywords, type, importance, ttl_tier, is_anchor, source,
-                    idempotency_key, context_summary, estimated_tokens, search_tsv::tsvector,
-                    case_id, goal, outcome, phase, resolution_status, assertion_status, affect,
-                    occurred_at
-               FROM fragment_staging ORDER BY ord
+                    topic, ARRAY(SELECT jsonb_array_elements_text(keywords)), type, importance,
+                    ttl_tier, is_anchor, source, idempotency_key, context_summary,
+                    estimated_tokens, search_tsv::tsvector, case_id, goal, outcome, phase,
+                    resolution_status, assertion_status, affect, occurred_at
+               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                           $7::text[], $8::text[], $9::text[], $10::jsonb[], $11::text[],
+                           $12::real[], $13::text[], $14::bool[], $15::text[], $16::text[],
+                           $17::text[], $18::int4[], $19::text[], $20::text[], $21::text[],
+                           $22::text[], $23::text[], $24::text[], $25::text[], $26::text[],
+                           $27::timestamptz[]) WITH ORDINALITY
+                    AS t(id, key_id, agent_id, session_id, workspace, content, content_hash,
+                         topic, keywords, type, importance, ttl_tier, is_anchor, source,
+                         idempotency_key, context_summary, estimated_tokens, search_tsv,
+                         case_id, goal, outcome, phase, resolution_status, assertion_status,
+                         affect, occurred_at, ord)
+              ORDER BY ord
              ON CONFLICT DO NOTHING
              RETURNING id, importance, ttl_tier, keywords",
-            &[&tx.tenant_id()],
+            &[
+                &tx.tenant_id(),
+                &ids,
+                &key_ids,
+                &agent_ids,
+                &session_ids,
+                &workspaces,
+                &contents,
+                &hashes,
+                &topics,
+                &keywords,
+                &types,
+                &importances,
+                &tiers,
+                &anchors,
+                &sources,
+                &idempotency_keys,
+                &summaries,
+                &tokens,
+                &lexemes,
+                &case_ids,
+                &goals,
+                &outcomes,
+                &phases,
+                &statuses,
+                &assertions,
+                &affects,
+                &occurred,
+            ],
         )
         .await?;
     let mut created: HashMap<Uuid, Written> = inserted
@@ -280,7 +264,6 @@ pub async fn insert_many(
             (written.id, written)
         })
         .collect();
-    tx.batch_execute("DROP TABLE fragment_staging").await?;
     Ok(ids.iter().map(|id| created.remove(id)).collect())
 }
 

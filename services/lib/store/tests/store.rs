@@ -856,3 +856,88 @@ async fn case_events_chain_within_their_tenant_and_record_their_source() {
         .collect();
     assert_eq!(evidence, vec![(error, first)], "only the sourced event");
 }
+
+#[tokio::test]
+async fn events_appended_together_chain_per_case_in_their_given_order() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "cased-in-bulk", ALL_PERMISSIONS).await;
+    let error = remember(&store, &tenant, "The export job timed out.").await;
+    let keys = ["export".to_owned()];
+    let event = |case_id, event_type, source| cases::NewEvent {
+        key_id: tenant.key_id,
+        case_id,
+        session_id: Some("s-2"),
+        event_type,
+        summary: "export",
+        entity_keys: &keys,
+        source_fragment_id: source,
+    };
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let stored = cases::append(&tx, &event("case-a", "error_observed", None))
+        .await
+        .unwrap();
+    // Two cases interleaved: each event follows the one before it in its
+    // own case, the first of case-a the event stored before.
+    let ids = cases::append_many(
+        &tx,
+        &[
+            event("case-a", "decision_committed", None),
+            event("case-b", "error_observed", Some(error)),
+            event("case-a", "fix_attempted", None),
+            event("case-b", "fix_attempted", None),
+        ],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let owner = db.owner_in_tenant(tenant.tenant_id).await;
+    let mut chain: Vec<(Uuid, Uuid)> = owner
+        .query(
+            "SELECT from_event, to_event FROM mneme.case_event_edges
+              WHERE tenant_id = $1 AND edge_type = 'preceded_by'",
+            &[&tenant.tenant_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    chain.sort();
+    let mut expected = vec![(ids[0], stored), (ids[2], ids[0]), (ids[3], ids[1])];
+    expected.sort();
+    assert_eq!(chain, expected);
+    let events: Vec<(Uuid, String, Vec<String>)> = owner
+        .query(
+            "SELECT id, case_id, entity_keys FROM mneme.case_events
+              WHERE tenant_id = $1 ORDER BY created_at, id",
+            &[&tenant.tenant_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(events.len(), 5);
+    assert!(events.iter().all(|(_, _, k)| k == &keys), "{events:?}");
+    assert_eq!(
+        events.iter().map(|(id, ..)| *id).collect::<Vec<_>>(),
+        [vec![stored], ids.clone()].concat(),
+        "stored in the given order"
+    );
+    let evidence: Vec<(Uuid, Uuid)> = owner
+        .query(
+            "SELECT fragment_id, event_id FROM mneme.fragment_evidence WHERE tenant_id = $1",
+            &[&tenant.tenant_id],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(evidence, vec![(error, ids[1])]);
+}
