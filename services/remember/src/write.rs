@@ -458,8 +458,8 @@ impl RememberServer {
     }
 
     /// Inserts `run` (one statement for the lot when there are several).
-    /// Writes that hit a unique constraint are resolved one by one, as a
-    /// replay or a duplicate.
+    /// Writes that hit a unique constraint are settled as duplicates
+    /// together, or one by one as replays.
     async fn insert_run(
         &self,
         tx: &TenantTx<'_>,
@@ -475,7 +475,7 @@ impl RememberServer {
                 session_id: write.session_id.as_deref(),
             }
         }
-        let bulk: Vec<Option<fragments::Written>> = if run.len() > 1 {
+        let mut bulk: Vec<Option<fragments::Written>> = if run.len() > 1 {
             let rows: Vec<_> = run
                 .iter()
                 .map(|(_, write)| (author(principal, write), &write.fragment))
@@ -484,6 +484,19 @@ impl RememberServer {
         } else {
             vec![None; run.len()]
         };
+        // Contents the key already holds (an import run again, say) are
+        // settled together; replays of idempotency keys one by one.
+        if run.len() > 1 {
+            let repeated: Vec<usize> = (0..run.len())
+                .filter(|&i| bulk[i].is_none() && run[i].1.fragment.idempotency_key.is_none())
+                .collect();
+            let contents: Vec<&PreparedFragment> =
+                repeated.iter().map(|&i| &run[i].1.fragment).collect();
+            let settled = fragments::settle_duplicates(tx, principal.key_id, &contents).await?;
+            for (i, written) in repeated.into_iter().zip(settled) {
+                bulk[i] = written;
+            }
+        }
         for ((index, write), written) in run.into_iter().zip(bulk) {
             let written = match written {
                 Some(written) => written,

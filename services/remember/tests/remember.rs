@@ -862,14 +862,39 @@ mod write_path {
                 ..Default::default()
             };
             let (forward, backward) = tokio::join!(
-                h.server.batch_remember(&who, batch(items), |_| {}),
+                h.server.batch_remember(&who, batch(items.clone()), |_| {}),
                 h.server.batch_remember(&who, batch(reversed), |_| {}),
             );
             let (forward, backward) = (forward.unwrap(), backward.unwrap());
             assert_eq!(forward.created + backward.created, 100, "round {round}");
             assert_eq!(forward.existing + backward.existing, 100, "round {round}");
+            // The same import again, now more important (0.9, clamped to a
+            // fact's 0.7): both raise the stored memories, in opposite
+            // orders, without a deadlock.
+            let raised: Vec<RememberRequest> = items
+                .iter()
+                .map(|item| RememberRequest {
+                    importance: Some(0.9),
+                    ..item.clone()
+                })
+                .collect();
+            let reversed: Vec<RememberRequest> = raised.iter().rev().cloned().collect();
+            let (forward, backward) = tokio::join!(
+                h.server.batch_remember(&who, batch(raised), |_| {}),
+                h.server.batch_remember(&who, batch(reversed), |_| {}),
+            );
+            let (forward, backward) = (forward.unwrap(), backward.unwrap());
+            assert_eq!(
+                (forward.existing, backward.existing),
+                (100, 100),
+                "round {round}"
+            );
         }
         assert_eq!(h.count("topic = 'replicas'").await, 400);
+        assert_eq!(
+            h.count("topic = 'replicas' AND importance > 0.65").await,
+            400
+        );
     }
 
     #[tokio::test]

@@ -267,6 +267,70 @@ pub async fn insert_many(
     Ok(ids.iter().map(|id| created.remove(id)).collect())
 }
 
+/// [`insert`]'s answer for contents the key already holds, for many
+/// fragments at once: each stored fragment's importance is raised to the
+/// largest asked for (and it becomes an anchor if any asked), and it is
+/// returned as a duplicate. `None` where the content is not stored. One
+/// statement; fragments that would not change are read, not rewritten, so
+/// an import run twice leaves no dead rows behind.
+pub async fn settle_duplicates(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    fragments: &[&PreparedFragment],
+) -> Result<Vec<Option<Written>>> {
+    if fragments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hashes: Vec<&str> = fragments.iter().map(|f| f.content_hash.as_str()).collect();
+    let importances: Vec<f32> = fragments.iter().map(|f| f.importance).collect();
+    let anchors: Vec<bool> = fragments.iter().map(|f| f.is_anchor).collect();
+    let rows = tx
+        .query(
+            "WITH asked AS (
+                  SELECT content_hash, max(importance) AS importance, bool_or(is_anchor) AS is_anchor
+                    FROM unnest($3::text[], $4::real[], $5::bool[]) AS t(content_hash, importance, is_anchor)
+                   GROUP BY content_hash),
+              -- Locked in content-hash order, as batches insert, so two
+              -- imports raising the same memories wait for each other
+              -- instead of in a cycle.
+              locked AS (
+                  SELECT f.id, a.importance, a.is_anchor
+                    FROM mneme.fragments f JOIN asked a ON a.content_hash = f.content_hash
+                   WHERE f.tenant_id = $1 AND f.key_id = $2
+                     AND (f.importance < a.importance OR (a.is_anchor AND NOT f.is_anchor))
+                   ORDER BY f.content_hash
+                     FOR NO KEY UPDATE OF f),
+              raised AS (
+                  UPDATE mneme.fragments f
+                     SET importance = GREATEST(f.importance, l.importance),
+                         is_anchor = f.is_anchor OR l.is_anchor
+                    FROM locked l
+                   WHERE f.tenant_id = $1 AND f.id = l.id
+                  RETURNING f.content_hash, f.id, f.importance, f.ttl_tier, f.keywords)
+             SELECT content_hash, id, importance, ttl_tier, keywords FROM raised
+             UNION ALL
+             SELECT f.content_hash, f.id, f.importance, f.ttl_tier, f.keywords
+               FROM mneme.fragments f JOIN asked a ON a.content_hash = f.content_hash
+              WHERE f.tenant_id = $1 AND f.key_id = $2
+                AND NOT (f.importance < a.importance OR (a.is_anchor AND NOT f.is_anchor))",
+            &[&tx.tenant_id(), &key_id, &hashes, &importances, &anchors],
+        )
+        .await?;
+    let stored: HashMap<String, Written> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.get("content_hash"),
+                written(row, WriteOutcome::Duplicate),
+            )
+        })
+        .collect();
+    Ok(hashes
+        .iter()
+        .map(|hash| stored.get(*hash).cloned())
+        .collect())
+}
+
 /// Which fragments `forget` targets.
 #[derive(Debug, Clone, Copy)]
 pub enum ForgetTarget<'a> {

@@ -325,6 +325,87 @@ async fn duplicates_and_idempotent_retries_return_the_original() {
 }
 
 #[tokio::test]
+async fn duplicates_are_settled_together_and_only_rewritten_when_raised() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "dedupe-many", ALL_PERMISSIONS).await;
+    let other = create_tenant(&store, "dedupe-other", ALL_PERMISSIONS).await;
+    remember(&store, &other, "The queue drains every hour.").await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let mut low = prepared("The queue drains every hour.", "queue");
+    low.importance = 0.4;
+    let kept = fragments::insert(&tx, author(&t), &low).await.unwrap();
+    let raised = fragments::insert(
+        &tx,
+        author(&t),
+        &prepared("Backups run at 02:00.", "backup"),
+    )
+    .await
+    .unwrap();
+    let version = |id: Uuid| {
+        let tx = &tx;
+        async move {
+            tx.query_one(
+                "SELECT ctid::text FROM mneme.fragments WHERE tenant_id = $1 AND id = $2",
+                &[&tx.tenant_id(), &id],
+            )
+            .await
+            .unwrap()
+            .get::<_, String>(0)
+        }
+    };
+    let (kept_before, raised_before) = (version(kept.id).await, version(raised.id).await);
+
+    let mut lower = prepared("The queue drains every hour.", "queue");
+    lower.importance = 0.2;
+    let mut higher = prepared("Backups run at 02:00.", "backup");
+    higher.importance = 0.9;
+    let mut anchor = prepared("Backups run at 02:00.", "backup");
+    anchor.importance = 0.1;
+    anchor.is_anchor = true;
+    let unknown = prepared("Nobody stored this yet.", "misc");
+    let settled =
+        fragments::settle_duplicates(&tx, t.key_id, &[&lower, &higher, &unknown, &anchor])
+            .await
+            .unwrap();
+
+    let outcome = |w: &Option<fragments::Written>| w.as_ref().map(|w| (w.id, w.outcome));
+    assert_eq!(
+        outcome(&settled[0]),
+        Some((kept.id, WriteOutcome::Duplicate))
+    );
+    assert_eq!(
+        outcome(&settled[1]),
+        Some((raised.id, WriteOutcome::Duplicate))
+    );
+    assert_eq!(settled[2], None, "content the key does not hold");
+    assert_eq!(
+        outcome(&settled[3]),
+        Some((raised.id, WriteOutcome::Duplicate))
+    );
+    // The largest importance asked for wins; a lower one changes nothing.
+    assert_eq!(settled[0].as_ref().unwrap().importance, 0.4);
+    assert_eq!(settled[1].as_ref().unwrap().importance, 0.9);
+    let anchored: bool = tx
+        .query_one(
+            "SELECT is_anchor FROM mneme.fragments WHERE tenant_id = $1 AND id = $2",
+            &[&tx.tenant_id(), &raised.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(anchored);
+    assert_eq!(
+        version(kept.id).await,
+        kept_before,
+        "an unchanged row is not rewritten"
+    );
+    assert_ne!(version(raised.id).await, raised_before);
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
 async fn forget_is_tenant_scoped_and_respects_protection() {
     async fn forget(
         tx: &TenantTx<'_>,
