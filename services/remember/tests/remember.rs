@@ -717,8 +717,8 @@ mod write_path {
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        // Validation, then progress after every bulk insert, strictly
-        // growing to the total (130 validated + 130 stored).
+        // Validation, then progress after every bulk insert up to the
+        // total (130 validated + 130 stored), the last once committed.
         let events = events.into_inner().unwrap();
         assert_eq!(
             events,

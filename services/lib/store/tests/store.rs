@@ -868,6 +868,21 @@ async fn link_upserts_create_readable_edges_and_restore_the_planning_mode() {
     );
 }
 
+/// The rows of a two-uuid query with the tenant as `$1`.
+async fn uuid_pairs(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    tenant_id: Uuid,
+) -> Vec<(Uuid, Uuid)> {
+    client
+        .query(sql, &[&tenant_id])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+}
+
 #[tokio::test]
 async fn case_events_chain_within_their_tenant_and_record_their_source() {
     let db = TestDatabase::create().await;
@@ -912,29 +927,21 @@ async fn case_events_chain_within_their_tenant_and_record_their_source() {
     let third = append(tenant.tenant_id, event(&tenant, "fix_attempted", None)).await;
 
     let owner = db.owner_in_tenant(tenant.tenant_id).await;
-    let chain: Vec<(Uuid, Uuid)> = owner
-        .query(
-            "SELECT from_event, to_event FROM mneme.case_event_edges
+    let chain = uuid_pairs(
+        &owner,
+        "SELECT from_event, to_event FROM mneme.case_event_edges
               WHERE tenant_id = $1 AND edge_type = 'preceded_by' ORDER BY from_event",
-            &[&tenant.tenant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+        tenant.tenant_id,
+    )
+    .await;
     assert_eq!(chain, vec![(second, first), (third, second)]);
-    let evidence: Vec<(Uuid, Uuid)> = owner
-        .query(
-            "SELECT fragment_id, event_id FROM mneme.fragment_evidence
+    let evidence = uuid_pairs(
+        &owner,
+        "SELECT fragment_id, event_id FROM mneme.fragment_evidence
               WHERE tenant_id = $1 AND kind = 'produced_by'",
-            &[&tenant.tenant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+        tenant.tenant_id,
+    )
+    .await;
     assert_eq!(evidence, vec![(error, first)], "only the sourced event");
 }
 
@@ -977,17 +984,13 @@ async fn events_appended_together_chain_per_case_in_their_given_order() {
     tx.commit().await.unwrap();
 
     let owner = db.owner_in_tenant(tenant.tenant_id).await;
-    let mut chain: Vec<(Uuid, Uuid)> = owner
-        .query(
-            "SELECT from_event, to_event FROM mneme.case_event_edges
+    let mut chain = uuid_pairs(
+        &owner,
+        "SELECT from_event, to_event FROM mneme.case_event_edges
               WHERE tenant_id = $1 AND edge_type = 'preceded_by'",
-            &[&tenant.tenant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+        tenant.tenant_id,
+    )
+    .await;
     chain.sort();
     let mut expected = vec![(ids[0], stored), (ids[2], ids[0]), (ids[3], ids[1])];
     expected.sort();
@@ -1010,15 +1013,11 @@ async fn events_appended_together_chain_per_case_in_their_given_order() {
         [vec![stored], ids.clone()].concat(),
         "stored in the given order"
     );
-    let evidence: Vec<(Uuid, Uuid)> = owner
-        .query(
-            "SELECT fragment_id, event_id FROM mneme.fragment_evidence WHERE tenant_id = $1",
-            &[&tenant.tenant_id],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
+    let evidence = uuid_pairs(
+        &owner,
+        "SELECT fragment_id, event_id FROM mneme.fragment_evidence WHERE tenant_id = $1",
+        tenant.tenant_id,
+    )
+    .await;
     assert_eq!(evidence, vec![(error, ids[1])]);
 }
