@@ -387,6 +387,10 @@ impl RememberServer {
             .into_iter()
             .map(|(from, to, _)| (from, to))
             .collect();
+        let mut links_from: HashMap<Uuid, usize> = HashMap::new();
+        for (from, _) in &linked {
+            *links_from.entry(*from).or_default() += 1;
+        }
         for ((id, write), entail) in created.iter().zip(&mut entailed) {
             for raw in &write.linked_to {
                 if !link_target(raw, *id).is_some_and(|t| linked.contains(&(*id, t))) {
@@ -395,7 +399,7 @@ impl RememberServer {
                         .push(format!("linkedTo: no fragment `{raw}` to link to"));
                 }
             }
-            let links = linked.iter().filter(|(from, _)| from == id).count();
+            let links = links_from.get(id).copied().unwrap_or(0);
             entail.links_created =
                 u32::try_from(links + entail.superseded.len()).unwrap_or(u32::MAX);
         }

@@ -147,8 +147,8 @@ pub async fn insert(
 /// Inserts many prepared fragments with one `INSERT … SELECT FROM unnest`,
 /// in order. Returns, per row, what was created, or `None` where a unique
 /// constraint fired (an idempotency key or content seen before, in the
-/// table or earlier in `rows`): the caller resolves those one at a time
-/// with [`insert`], which tells a replay from a duplicate.
+/// table or earlier in `rows`): the caller settles repeated contents with
+/// [`settle_duplicates`] and idempotency-key replays with [`insert`].
 ///
 /// Used by `batch_remember`: a round trip per fragment dominated its time.
 /// The rows travel as one array per column rather than through a `COPY`
