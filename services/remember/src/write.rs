@@ -32,11 +32,11 @@ const BATCH_ATTEMPTS: usize = 3;
 /// Cached quota counts are rebuilt exactly at least this often.
 const QUOTA_CACHE_TTL: Duration = Duration::from_secs(60);
 /// Conflict candidates examined per remember.
-pub(crate) const CONFLICT_CANDIDATES: i64 = 5;
+const CONFLICT_CANDIDATES: i64 = 5;
 /// Conflicts reported per remember.
 const MAX_CONFLICTS: usize = 3;
-/// Distinctive terms whose pairs select conflict and link candidates.
-pub(crate) const DISTINCTIVE_TERMS: usize = 4;
+/// Distinctive terms whose pairs select conflict candidates.
+const DISTINCTIVE_TERMS: usize = 4;
 
 /// A validated request with everything resolved.
 #[derive(Clone)]
@@ -110,7 +110,7 @@ fn case_event_type(fragment_type: FragmentType) -> Option<&'static str> {
 }
 
 /// Share of `a` also in `b`.
-pub(crate) fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
+fn overlap<'a>(a: &HashSet<&'a str>, b: &HashSet<&'a str>) -> f64 {
     if a.is_empty() {
         return 0.0;
     }

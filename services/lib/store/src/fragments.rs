@@ -1337,8 +1337,88 @@ pub async fn temporal_neighbors(
         .collect())
 }
 
-/// A fragment that shares words with another, for conflict hints and
-/// keyword links.
+/// Two keywords a neighbour of `fragment_id` must both carry to be
+/// considered (the same keyword twice when one shared keyword is enough).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeywordProbe<'a> {
+    pub fragment_id: Uuid,
+    pub first: &'a str,
+    pub second: &'a str,
+}
+
+/// Valid fragments of key `key_id` (same agent or `default`, a compatible
+/// workspace) carrying at least `min_share` of the keywords of a probed
+/// fragment, for `related` links. Returns (fragment, neighbour), at most
+/// `per_fragment` neighbours each, those sharing most keywords first, then
+/// the newest.
+///
+/// The probes only find candidates, through the keyword index (at most
+/// [`PROBE_CANDIDATES`] per probe); whether a candidate shares enough is
+/// counted here on the stored keyword arrays. One statement serves any
+/// number of fragments, so a batch's links cost one plan, not one per item.
+pub async fn keyword_neighbors(
+    tx: &TenantTx<'_>,
+    key_id: Uuid,
+    probes: &[KeywordProbe<'_>],
+    min_share: f64,
+    per_fragment: i64,
+) -> Result<Vec<(Uuid, Uuid)>> {
+    if probes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<Uuid> = probes.iter().map(|p| p.fragment_id).collect();
+    let firsts: Vec<&str> = probes.iter().map(|p| p.first).collect();
+    let seconds: Vec<&str> = probes.iter().map(|p| p.second).collect();
+    let rows = tx
+        .query(
+            "WITH candidate AS (
+                 SELECT DISTINCT p.fragment_id, c.id
+                   FROM unnest($3::uuid[], $4::text[], $5::text[]) AS p(fragment_id, first, second)
+                   CROSS JOIN LATERAL
+                        (SELECT n.id FROM mneme.fragments n
+                          -- Two overlaps, not `@>`: arrayoverlap is the
+                          -- operator marked leakproof (V23), so the index
+                          -- serves it under row-level security.
+                          WHERE n.tenant_id = $1
+                            AND n.keywords && ARRAY[p.first] AND n.keywords && ARRAY[p.second]
+                            AND n.key_id = $2 AND n.valid_to IS NULL AND n.id <> p.fragment_id
+                          LIMIT $8) c),
+             scored AS (
+                 SELECT f.id AS fragment_id, n.id, n.created_at,
+                        (SELECT count(*) FROM unnest(n.keywords) k WHERE k = ANY(f.keywords))
+                          / cardinality(f.keywords)::float8 AS share
+                   FROM candidate c
+                   JOIN mneme.fragments f ON f.tenant_id = $1 AND f.id = c.fragment_id
+                   JOIN mneme.fragments n ON n.tenant_id = $1 AND n.id = c.id
+                  WHERE f.key_id = $2 AND cardinality(f.keywords) > 0
+                    AND n.agent_id IN (f.agent_id, 'default')
+                    AND (f.workspace IS NULL OR n.workspace = f.workspace OR n.workspace IS NULL))
+             SELECT fragment_id, id
+               FROM (SELECT fragment_id, id,
+                            row_number() OVER (PARTITION BY fragment_id
+                                               ORDER BY share DESC, created_at DESC, id) AS place
+                       FROM scored WHERE share >= $6) ranked
+              WHERE place <= $7",
+            &[
+                &tx.tenant_id(),
+                &key_id,
+                &ids,
+                &firsts,
+                &seconds,
+                &min_share,
+                &per_fragment,
+                &PROBE_CANDIDATES,
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Candidates [`keyword_neighbors`] reads per probe at most, so a pair of
+/// common keywords costs the same however many fragments carry it.
+pub const PROBE_CANDIDATES: i64 = 8;
+
+/// A fragment that shares words with another, for conflict hints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Neighbor {
     pub id: Uuid,
@@ -1361,9 +1441,9 @@ pub async fn lexical_neighbors(
     let rows = tx
         .query(
             &format!(
-                // Every field counts alike: these neighbours feed keyword
-                // links and conflict hints, which compare contents, and the
-                // weights of labelled fields are recall's setting.
+                // Every field counts alike: these neighbours feed conflict
+                // hints, which compare contents, and the weights of labelled
+                // fields are recall's setting.
                 "SELECT id, content, keywords, ts_rank('{{1,1,1,1}}', search_tsv, q, 1) AS rank
                    FROM (SELECT f.id, f.content, f.keywords, f.search_tsv
                            FROM mneme.fragments f

@@ -868,6 +868,135 @@ async fn link_upserts_create_readable_edges_and_restore_the_planning_mode() {
     );
 }
 
+/// A fact of `agent_id` carrying exactly `keywords`.
+async fn remember_keywords(
+    tx: &TenantTx<'_>,
+    tenant: &TestTenant,
+    agent_id: &str,
+    content: &str,
+    keywords: &[&str],
+) -> Uuid {
+    let fragment = prepare(
+        RememberInput {
+            content: content.into(),
+            topic: "storage".into(),
+            fragment_type: "fact".into(),
+            keywords: keywords.iter().map(|k| k.to_string()).collect(),
+            ..Default::default()
+        },
+        &FragmentLimits::default(),
+        &Tokenizer::default(),
+    )
+    .expect("valid fragment");
+    let author = Author {
+        agent_id,
+        ..author(tenant)
+    };
+    fragments::insert(tx, author, &fragment).await.unwrap().id
+}
+
+#[tokio::test]
+async fn keyword_neighbors_share_enough_keywords_within_the_key_and_agent() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "keyworded", ALL_PERMISSIONS).await;
+    let other_tenant = create_tenant(&store, "elsewhere", ALL_PERMISSIONS).await;
+    let all = ["postgres", "vacuum", "wal", "replica"];
+    {
+        let mut client = store.client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, other_tenant.tenant_id)
+            .await
+            .unwrap();
+        remember_keywords(
+            &tx,
+            &other_tenant,
+            "default",
+            "Another tenant's twin.",
+            &all,
+        )
+        .await;
+        tx.commit().await.unwrap();
+    }
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let three = remember_keywords(
+        &tx,
+        &tenant,
+        "default",
+        "Vacuum keeps the WAL of postgres small.",
+        &["postgres", "vacuum", "wal", "disk"],
+    )
+    .await;
+    let two = remember_keywords(
+        &tx,
+        &tenant,
+        "default",
+        "The replica runs postgres 16.",
+        &["postgres", "replica", "upgrade"],
+    )
+    .await;
+    let one = remember_keywords(
+        &tx,
+        &tenant,
+        "default",
+        "Postgres is the main database.",
+        &["postgres", "database"],
+    )
+    .await;
+    let other_agent =
+        remember_keywords(&tx, &tenant, "ops", "The ops agent's twin note.", &all).await;
+    let superseded =
+        remember_keywords(&tx, &tenant, "default", "An outdated twin note.", &all).await;
+    tx.execute(
+        "UPDATE mneme.fragments SET valid_to = now() WHERE tenant_id = $1 AND id = $2",
+        &[&tenant.tenant_id, &superseded],
+    )
+    .await
+    .unwrap();
+    let new = remember_keywords(
+        &tx,
+        &tenant,
+        "default",
+        "Replica lag grows while vacuum rewrites the WAL of postgres.",
+        &all,
+    )
+    .await;
+    let probes: Vec<fragments::KeywordProbe<'_>> = all
+        .iter()
+        .enumerate()
+        .flat_map(|(i, first)| {
+            all[i + 1..]
+                .iter()
+                .map(move |second| fragments::KeywordProbe {
+                    fragment_id: new,
+                    first,
+                    second,
+                })
+        })
+        .collect();
+
+    let found = fragments::keyword_neighbors(&tx, tenant.key_id, &probes, 0.5, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        found,
+        vec![(new, three), (new, two)],
+        "three of four keywords shared first, then two; one shared ({one}), another \
+         agent's ({other_agent}), a superseded and another tenant's are not neighbours"
+    );
+    let best = fragments::keyword_neighbors(&tx, tenant.key_id, &probes, 0.5, 1)
+        .await
+        .unwrap();
+    assert_eq!(best, vec![(new, three)]);
+    let strict = fragments::keyword_neighbors(&tx, tenant.key_id, &probes, 0.75, 5)
+        .await
+        .unwrap();
+    assert_eq!(strict, vec![(new, three)], "exactly three of four is 0.75");
+    tx.commit().await.unwrap();
+}
+
 /// The rows of a two-uuid query with the tenant as `$1`.
 async fn uuid_pairs(
     client: &tokio_postgres::Client,
