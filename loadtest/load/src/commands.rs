@@ -2,7 +2,7 @@
 //! run against a running stack or a self-hosted one, and seeding.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
@@ -11,7 +11,7 @@ use crate::mcp::Lifecycle;
 use crate::report::{ReportHeader, RunReport, TargetInfo};
 use crate::run::{self, Plan};
 use crate::scenario::{Scenario, ScenarioOptions, ScenarioWorkload};
-use crate::seed::{self, SeedOptions, SeedReport};
+use crate::seed::{self, AutoLinkSettling, SeedOptions, SeedReport};
 use crate::self_hosted::{SelfHosted, SelfHostedOptions};
 use crate::target::Target;
 use crate::upstream;
@@ -200,10 +200,57 @@ pub async fn seed_tenants(
         TargetChoice::SelfHosted(hosted) => {
             let hosted = SelfHosted::start(&hosted).await?;
             let before = db_time::Snapshot::take();
-            let result = seed::seed(&hosted.target(), &options).await;
+            let started = Instant::now();
+            let result = match seed::seed(&hosted.target(), &options).await {
+                Ok(report) => settle_auto_links(&hosted, &report, started, options.progress)
+                    .await
+                    .map(|auto_links| (report, auto_links)),
+                Err(error) => Err(error),
+            };
             let database = db_time::Snapshot::take().since(&before);
             hosted.shutdown().await?;
-            result.map(|report| SeedReport { database, ..report })
+            result.map(|(report, auto_links)| SeedReport {
+                auto_links: Some(auto_links),
+                database,
+                ..report
+            })
         }
     }
+}
+
+/// Longest wait for a seeding's automatic links after its last batch.
+const AUTO_LINK_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Waits until no seeded memory waits for its automatic links, and times it
+/// from `started` (the start of the seeding).
+async fn settle_auto_links(
+    hosted: &SelfHosted,
+    seeded: &SeedReport,
+    started: Instant,
+    progress: bool,
+) -> anyhow::Result<AutoLinkSettling> {
+    let queued_at_end = hosted.pending_auto_links().await?;
+    let acknowledged = Instant::now();
+    let mut left = queued_at_end;
+    let mut last_report = Instant::now();
+    while left > 0 {
+        if acknowledged.elapsed() > AUTO_LINK_TIMEOUT {
+            anyhow::bail!(
+                "{left} memories still wait for their automatic links {AUTO_LINK_TIMEOUT:?} \
+                 after the last batch"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = hosted.pending_auto_links().await?;
+        if progress && last_report.elapsed() >= Duration::from_secs(1) {
+            last_report = Instant::now();
+            eprintln!("automatic links: {left} of {queued_at_end} memories still waiting");
+        }
+    }
+    let settled_seconds = started.elapsed().as_secs_f64();
+    Ok(AutoLinkSettling {
+        queued_at_end,
+        settled_seconds,
+        linked_per_second: seeded.created as f64 / settled_seconds.max(f64::EPSILON),
+    })
 }

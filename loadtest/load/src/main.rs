@@ -374,6 +374,13 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 report.batch_latency_ms.p50,
                 report.batch_latency_ms.p99,
             );
+            if let Some(links) = &report.auto_links {
+                println!(
+                    "automatic links: {} memories waiting when the last batch was acknowledged; \
+                     all linked {:.1} s after the start = {:.0} memories/s with their links",
+                    links.queued_at_end, links.settled_seconds, links.linked_per_second
+                );
+            }
             for key in &report.keys {
                 println!(
                     "  key {}: {} created, {} existing, {} rejected; memory_stats total {}",

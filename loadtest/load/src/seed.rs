@@ -71,9 +71,27 @@ pub struct SeedReport {
     /// Round trips of the `batch_remember` calls.
     pub batch_latency_ms: LatencySummary,
     pub keys: Vec<KeySeed>,
-    /// Self-hosted: the database time of the seeding by statement.
+    /// Self-hosted: the automatic links of the seeded memories, which
+    /// follow the acknowledged writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_links: Option<AutoLinkSettling>,
+    /// Self-hosted: the database time of the seeding (and of its automatic
+    /// links) by statement.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub database: Vec<StatementTime>,
+}
+
+/// How long the automatic links of a seeding took to catch up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AutoLinkSettling {
+    /// Memories waiting for their links when the last batch was
+    /// acknowledged.
+    pub queued_at_end: i64,
+    /// Seconds from the start of the seeding until none was waiting.
+    pub settled_seconds: f64,
+    /// Memories created per second of `settled_seconds`: the import's rate
+    /// with its links included.
+    pub linked_per_second: f64,
 }
 
 /// One key's share.
@@ -189,6 +207,7 @@ pub async fn seed(target: &Target, options: &SeedOptions) -> anyhow::Result<Seed
                 ..KeySeed::default()
             })
             .collect(),
+        auto_links: None,
         database: Vec::new(),
     };
     for (batch, outcome) in firsts.iter().chain(&others) {

@@ -171,6 +171,30 @@ impl SelfHosted {
         self.bench.pending_embeddings(&ids).await
     }
 
+    /// Memories of all tenants still waiting for their automatic links.
+    pub async fn pending_auto_links(&self) -> anyhow::Result<i64> {
+        let mut client = self.bench.stack.db.owner_client().await;
+        let mut pending = 0;
+        for tenant in &self.tenants {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "SELECT set_config('mneme.tenant_id', $1, true)",
+                &[&tenant.id.to_string()],
+            )
+            .await?;
+            let count: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM mneme.auto_link_queue WHERE tenant_id = $1",
+                    &[&tenant.id],
+                )
+                .await?
+                .get(0);
+            tx.commit().await?;
+            pending += count;
+        }
+        Ok(pending)
+    }
+
     /// The model id stored with the first tenant's vectors, if any.
     pub async fn embedding_model(&self) -> anyhow::Result<Option<String>> {
         let Some(tenant) = self.tenants.first() else {

@@ -1,7 +1,8 @@
 //! Seeding two tenants of a self-hosted stack with 300 memories each: the
 //! counts come back from the tool results, from `memory_stats` and from
-//! `recall`; links were made; seeding again with the same seed stores
-//! nothing new (the data is deterministic); the tenants stay apart.
+//! `recall`; links were made, and the automatic-link queue drains; seeding
+//! again with the same seed stores nothing new (the data is deterministic);
+//! the tenants stay apart.
 //!
 //! Needs the environment of `~/.local/share/mneme/env` (database, Redis).
 
@@ -55,6 +56,23 @@ async fn seeding_two_tenants_stores_what_it_reports() {
         assert_eq!(seeded.key_index, key);
         assert_eq!(seeded.created, distinct[key], "{seeded:?}");
         assert_eq!(seeded.stored_total, Some(distinct[key]), "{seeded:?}");
+    }
+
+    // The automatic links follow the acknowledged writes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let waiting = hosted
+            .pending_auto_links()
+            .await
+            .expect("the queue is read");
+        if waiting == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} memories still wait for their automatic links"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 
     // Counted again through the tools, each tenant seeing only its own.

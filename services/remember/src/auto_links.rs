@@ -2,145 +2,203 @@
 //! fragments of the same key, agent and topic, and `related` to fragments
 //! of the key sharing most keywords (ProactiveRecall in the reference).
 //!
-//! Optional enrichment, so it runs after the write commits, off the request
-//! path, in a transaction of its own; a failure is logged and loses nothing
-//! that was acknowledged. A whole write's links take three statements
-//! however many fragments it created: the temporal neighbours, the keyword
-//! neighbours (found through pairs of keywords any qualifying fragment must
-//! carry, [`probe_pairs`], and counted exactly on the stored keywords) and
-//! the links.
+//! A write queues its new fragments in `auto_link_queue` inside its own
+//! transaction ([`AutoLinker::enqueue`]) and is acknowledged without
+//! waiting for their links: an import runs at the speed of its inserts,
+//! and no link is lost to a crash or to an overflowing in-memory queue.
+//! [`AutoLinker`] drains the queue. After each commit the writing process
+//! drains that tenant ([`AutoLinker::kick`]), so links follow a write within
+//! milliseconds when the queue is short; every `MNEME_AUTO_LINK_SWEEP_SECS`
+//! it also looks at every tenant's queue, for fragments a stopped process
+//! left behind. Batches are taken with `SKIP LOCKED`, so any number of
+//! processes can drain one tenant together.
 //!
-//! [`AutoLinkSlots`] bounds the work per process: at most
-//! [`LINKING_WRITES`] writes are linked at once. A multi-fragment write
-//! (`batch_remember`, a reflection) waits for its slot before it is
-//! acknowledged, so link work cannot pile up behind a stream of imports and
-//! starve the writes themselves. A single `remember` never waits, whatever
-//! another tenant is importing: its links queue for a slot in the
-//! background, and beyond [`QUEUED_WRITES`] queued ones they are skipped and
-//! counted in `mneme_auto_links_skipped_total`.
+//! A batch (up to `MNEME_AUTO_LINK_BATCH_SIZE` fragments) is linked in one
+//! transaction, which also removes it from the queue: three statements per
+//! key it touches, however many fragments: the temporal neighbours, the
+//! keyword neighbours (found through pairs of keywords any qualifying
+//! fragment must carry, [`probe_pairs`], and counted exactly on the stored
+//! keywords) and the links. At most [`LINKING_BATCHES`] batches are linked
+//! at once per process, and tenants take turns batch by batch, so one
+//! tenant's import cannot hold back another's links.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
 
-use mneme_core::{Principal, Result};
-use mneme_store::TenantTx;
+use mneme_config::RememberConfig;
+use mneme_core::Result;
+use mneme_store::auto_link_queue::{self, QueuedFragment};
 use mneme_store::fragments::{self, KeywordProbe};
 use mneme_store::links::{self, Edge};
+use mneme_store::{Store, TenantTx, tenants};
 use mneme_telemetry::metrics::register;
-use prometheus::IntCounter;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use prometheus::{Gauge, IntCounter, IntGauge};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::RememberServer;
-use crate::write::Write;
-
-/// Writes whose automatic links are computed at once, per process.
-pub(crate) const LINKING_WRITES: usize = 2;
-/// Single writes whose links may wait for a slot, per process.
-pub(crate) const QUEUED_WRITES: usize = 1024;
+/// Batches linked at once, per process.
+pub(crate) const LINKING_BATCHES: usize = 2;
 /// `related` links a new fragment gets at most.
 const RELATED_LINKS: i64 = 5;
 
-static SKIPPED: LazyLock<IntCounter> = LazyLock::new(|| {
-    register(
-        IntCounter::new(
-            "mneme_auto_links_skipped_total",
-            "Single writes left without automatic links because too many were queued.",
-        )
-        .expect("valid metric"),
+/// The queue over all tenants as of the last sweep, and the work done.
+static QUEUE: LazyLock<(IntGauge, Gauge, IntCounter)> = LazyLock::new(|| {
+    (
+        register(
+            IntGauge::new(
+                "mneme_auto_link_queue_depth",
+                "New fragments waiting for their automatic links over all tenants, as of this process's last sweep.",
+            )
+            .expect("valid metric"),
+        ),
+        register(
+            Gauge::new(
+                "mneme_auto_link_queue_oldest_seconds",
+                "Age of the oldest fragment waiting for its automatic links, as of this process's last sweep.",
+            )
+            .expect("valid metric"),
+        ),
+        register(
+            IntCounter::new(
+                "mneme_auto_linked_fragments_total",
+                "New fragments this process took from the automatic-link queue and linked.",
+            )
+            .expect("valid metric"),
+        ),
     )
 });
 
-/// The per-process bounds on automatic link work.
+/// Drains the automatic-link queue; cheap to clone (one per process).
 #[derive(Debug, Clone)]
-pub(crate) struct AutoLinkSlots {
-    running: Arc<Semaphore>,
-    queued: Arc<Semaphore>,
+pub(crate) struct AutoLinker {
+    store: Store,
+    settings: Arc<RememberConfig>,
+    /// Tenants this process is draining; `true` when more was queued since
+    /// the drain last found the queue empty.
+    draining: Arc<Mutex<HashMap<Uuid, bool>>>,
+    slots: Arc<Semaphore>,
 }
 
-impl Default for AutoLinkSlots {
-    fn default() -> Self {
-        // Registered up front, so the counter is exported (at zero) before
-        // the first skip.
-        LazyLock::force(&SKIPPED);
+impl AutoLinker {
+    pub(crate) fn new(store: Store, settings: Arc<RememberConfig>) -> Self {
+        // Registered up front, so the metrics are exported before the
+        // first sweep.
+        LazyLock::force(&QUEUE);
         Self {
-            running: Arc::new(Semaphore::new(LINKING_WRITES)),
-            queued: Arc::new(Semaphore::new(QUEUED_WRITES)),
+            store,
+            settings,
+            draining: Arc::default(),
+            slots: Arc::new(Semaphore::new(LINKING_BATCHES)),
         }
-    }
-}
-
-/// How a write holds its place for link work.
-enum Place {
-    /// A multi-fragment write that waited for its slot.
-    Running(OwnedSemaphorePermit),
-    /// A single write queued for a slot.
-    Queued(OwnedSemaphorePermit),
-}
-
-impl RememberServer {
-    /// Links `created` (fragments of one write) in the background; see the
-    /// module documentation for when the caller waits.
-    pub(crate) async fn link_automatically(
-        &self,
-        principal: &Principal,
-        created: Vec<(Uuid, Write)>,
-    ) {
-        if created.is_empty() || !(self.temporal_links_on() || self.settings.proactive_links) {
-            return;
-        }
-        let slots = &self.auto_link_slots;
-        let place = if created.len() > 1 {
-            match slots.running.clone().acquire_owned().await {
-                Ok(slot) => Place::Running(slot),
-                Err(_) => return,
-            }
-        } else {
-            match slots.queued.clone().try_acquire_owned() {
-                Ok(queued) => Place::Queued(queued),
-                Err(_) => {
-                    SKIPPED.inc();
-                    return;
-                }
-            }
-        };
-        let server = self.clone();
-        let principal = principal.clone();
-        tokio::spawn(async move {
-            let _slot = match place {
-                Place::Running(slot) => slot,
-                // The queue place is held until a running slot is won, so
-                // the queue bound counts writes waiting here too.
-                Place::Queued(_queued) => {
-                    match server.auto_link_slots.running.clone().acquire_owned().await {
-                        Ok(slot) => slot,
-                        Err(_) => return,
-                    }
-                }
-            };
-            if let Err(error) = server.store_auto_links(&principal, &created).await {
-                tracing::warn!(%error, "automatic links were not created");
-            }
-        });
     }
 
     fn temporal_links_on(&self) -> bool {
         self.settings.temporal_link_hours > 0.0 && self.settings.temporal_link_max > 0
     }
 
-    async fn store_auto_links(
-        &self,
-        principal: &Principal,
-        created: &[(Uuid, Write)],
-    ) -> Result<()> {
-        let hours = self.settings.temporal_link_hours;
+    fn enabled(&self) -> bool {
+        self.temporal_links_on() || self.settings.proactive_links
+    }
+
+    /// Queues new fragments for linking in their write's transaction.
+    pub(crate) async fn enqueue(&self, tx: &TenantTx<'_>, fragment_ids: &[Uuid]) -> Result<()> {
+        if self.enabled() {
+            auto_link_queue::enqueue(tx, fragment_ids).await?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure this process drains the tenant's queue soon: starts a
+    /// drain, or tells the running one to look again before it stops.
+    pub(crate) fn kick(&self, tenant_id: Uuid) {
+        if !self.enabled() {
+            return;
+        }
+        {
+            let mut draining = self.draining_lock();
+            if let Some(again) = draining.get_mut(&tenant_id) {
+                *again = true;
+                return;
+            }
+            draining.insert(tenant_id, false);
+        }
+        tokio::spawn(self.clone().drain(tenant_id));
+    }
+
+    fn draining_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, bool>> {
+        self.draining.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Links batch after batch until the tenant's queue is empty (or what
+    /// is left is held by other processes). A failure is logged and ends
+    /// the drain; the batch stays queued for the next kick or sweep.
+    async fn drain(self, tenant_id: Uuid) {
+        let batch_size = self.settings.auto_link_batch_size;
+        loop {
+            let linked = match self.slots.acquire().await {
+                Ok(_slot) => self.link_batch(tenant_id, batch_size).await,
+                Err(_) => return,
+            };
+            match linked {
+                Ok(taken) if taken >= batch_size => continue,
+                Ok(_) => {
+                    let mut draining = self.draining_lock();
+                    if draining.get(&tenant_id).copied().unwrap_or(false) {
+                        draining.insert(tenant_id, false);
+                        continue;
+                    }
+                    draining.remove(&tenant_id);
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(tenant.id = %tenant_id, %error, "automatic links were not created; the fragments stay queued");
+                    self.draining_lock().remove(&tenant_id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes up to `limit` queued fragments of the tenant and links them,
+    /// in one transaction. Returns how many were taken.
+    async fn link_batch(&self, tenant_id: Uuid, limit: usize) -> Result<usize> {
         let mut client = self.store.client().await?;
-        let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
+        let tx = TenantTx::begin(&mut client, tenant_id).await?;
+        let taken = auto_link_queue::take(&tx, limit as i64).await?;
+        let mut by_key: BTreeMap<Uuid, Vec<(Uuid, QueuedFragment)>> = BTreeMap::new();
+        for item in &taken {
+            if let Some(fragment) = &item.fragment {
+                by_key
+                    .entry(fragment.key_id)
+                    .or_default()
+                    .push((item.fragment_id, fragment.clone()));
+            }
+        }
+        let mut edges: Vec<Edge> = Vec::new();
+        for (key_id, queued) in &by_key {
+            edges.extend(self.edges_within_key(&tx, *key_id, queued).await?);
+        }
+        let key_ids: Vec<Uuid> = by_key.into_keys().collect();
+        links::upsert_edges(&tx, &key_ids, &edges).await?;
+        tx.commit().await?;
+        QUEUE.2.inc_by(taken.len() as u64);
+        Ok(taken.len())
+    }
+
+    /// The automatic links of `queued`, new fragments of one key.
+    async fn edges_within_key(
+        &self,
+        tx: &TenantTx<'_>,
+        key_id: Uuid,
+        queued: &[(Uuid, QueuedFragment)],
+    ) -> Result<Vec<Edge>> {
         let mut edges: Vec<Edge> = Vec::new();
         if self.temporal_links_on() {
-            let ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
+            let hours = self.settings.temporal_link_hours;
+            let ids: Vec<Uuid> = queued.iter().map(|(id, _)| *id).collect();
             let max = self.settings.temporal_link_max as i64;
-            let near =
-                fragments::temporal_neighbors(&tx, principal.key_id, &ids, hours, max).await?;
+            let near = fragments::temporal_neighbors(tx, key_id, &ids, hours, max).await?;
             edges.extend(near.into_iter().map(|(from_id, to_id, apart)| Edge {
                 from_id,
                 to_id,
@@ -150,10 +208,10 @@ impl RememberServer {
         }
         if self.settings.proactive_links {
             let min_share = self.settings.proactive_link_overlap;
-            let probes: Vec<KeywordProbe<'_>> = created
+            let probes: Vec<KeywordProbe<'_>> = queued
                 .iter()
-                .flat_map(|(id, write)| {
-                    probe_pairs(&write.fragment.keywords, min_share)
+                .flat_map(|(id, fragment)| {
+                    probe_pairs(&fragment.keywords, min_share)
                         .into_iter()
                         .map(|(first, second)| KeywordProbe {
                             fragment_id: *id,
@@ -162,14 +220,8 @@ impl RememberServer {
                         })
                 })
                 .collect();
-            let related = fragments::keyword_neighbors(
-                &tx,
-                principal.key_id,
-                &probes,
-                min_share,
-                RELATED_LINKS,
-            )
-            .await?;
+            let related =
+                fragments::keyword_neighbors(tx, key_id, &probes, min_share, RELATED_LINKS).await?;
             edges.extend(related.into_iter().map(|(from_id, to_id)| Edge {
                 from_id,
                 to_id,
@@ -177,9 +229,62 @@ impl RememberServer {
                 weight: 0.5,
             }));
         }
-        links::upsert_edges(&tx, &[principal.key_id], &edges).await?;
-        tx.commit().await?;
+        Ok(edges)
+    }
+
+    /// Looks at every active tenant's queue: exports its depth and age, and
+    /// drains the tenants with fragments waiting. A tenant that cannot be
+    /// read is logged and skipped.
+    pub(crate) async fn sweep(&self) -> Result<()> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let tenant_ids = {
+            let client = self.store.client().await?;
+            tenants::active_ids(&client).await?
+        };
+        let (mut depth, mut oldest) = (0, 0.0_f64);
+        for tenant_id in tenant_ids {
+            match self.backlog(tenant_id).await {
+                Ok((waiting, age)) => {
+                    depth += waiting;
+                    oldest = oldest.max(age);
+                    if waiting > 0 {
+                        self.kick(tenant_id);
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(tenant.id = %tenant_id, %error, "automatic-link queue not read")
+                }
+            }
+        }
+        QUEUE.0.set(depth);
+        QUEUE.1.set(oldest);
         Ok(())
+    }
+
+    async fn backlog(&self, tenant_id: Uuid) -> Result<(i64, f64)> {
+        let mut client = self.store.client().await?;
+        let tx = TenantTx::begin(&mut client, tenant_id).await?;
+        let backlog = auto_link_queue::backlog(&tx).await?;
+        tx.commit().await?;
+        Ok(backlog)
+    }
+
+    /// Sweeps at start and every `MNEME_AUTO_LINK_SWEEP_SECS` until `stop`.
+    pub(crate) async fn run_sweeps(self, stop: CancellationToken) {
+        let mut every = tokio::time::interval(self.settings.auto_link_sweep_interval);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = every.tick() => {
+                    if let Err(error) = self.sweep().await {
+                        tracing::warn!(%error, "automatic-link sweep failed");
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -5,8 +5,8 @@
 //! `mneme_core::fragment::prepare` and writing through `mneme_store`;
 //! [`run`] wires configuration, PostgreSQL, Redis and the gRPC server.
 //! - `write`: remember and batch_remember (quota, cases, links, conflicts);
-//! - `auto_links`: the links mneme adds to new fragments after a write, and
-//!   their per-process bounds;
+//! - `auto_links`: the links mneme adds to new fragments after a write,
+//!   through a durable queue this service drains;
 //! - `edit`: forget, amend and link;
 //! - `reflect`: a session summary as fragments, an episode and a milestone;
 //! - `feedback`: tool feedback and what it teaches (activation, link weights);
@@ -65,18 +65,19 @@ pub struct RememberServer {
     consolidator: Consolidator,
     tokenizer: Arc<Tokenizer>,
     /// Bounds on the automatic links of new fragments.
-    auto_link_slots: auto_links::AutoLinkSlots,
+    auto_linker: auto_links::AutoLinker,
 }
 
 impl RememberServer {
     pub fn new(store: Store, cache: Cache, settings: RememberConfig) -> Self {
+        let settings = Arc::new(settings);
         Self {
             cache,
-            settings: Arc::new(settings),
+            auto_linker: auto_links::AutoLinker::new(store.clone(), settings.clone()),
+            settings,
             consolidator: Consolidator::new(store.clone(), Config::defaults().consolidation),
             store,
             tokenizer: Arc::new(Tokenizer::default()),
-            auto_link_slots: auto_links::AutoLinkSlots::default(),
         }
     }
 
@@ -247,7 +248,8 @@ impl RememberService for RememberServer {
 }
 
 /// Serves `server` on `listener` until `shutdown`, accepting only calls
-/// whose principal `signer` verifies.
+/// whose principal `signer` verifies, and sweeps the automatic-link queue
+/// meanwhile.
 pub async fn serve(
     server: RememberServer,
     signer: PrincipalSigner,
@@ -255,8 +257,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let database = server.store.answering();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sweeps = tokio::spawn(server.auto_linker.clone().run_sweeps(stop.clone()));
     let service = RememberServiceServer::with_interceptor(server, signer);
-    mneme_proto::server::serve_service(service, listener, shutdown, database).await?;
+    let served = mneme_proto::server::serve_service(service, listener, shutdown, database).await;
+    stop.cancel();
+    sweeps.await?;
+    served?;
     Ok(())
 }
 

@@ -291,7 +291,7 @@ impl RememberServer {
             .filter(|s| s.outcome == WriteOutcome::Created)
             .count() as u32;
         self.spawn_claim_storage(principal, &new_fragments);
-        self.after_commit(principal, created, new_fragments).await;
+        self.after_commit(principal, created).await;
         let mut breakdown: Vec<CountByName> = Vec::new();
         for name in &names {
             match breakdown.iter_mut().find(|c| c.name == *name) {

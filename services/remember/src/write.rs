@@ -336,8 +336,9 @@ impl RememberServer {
 
     /// What newly created fragments entail inside their transaction, in
     /// the order given (a case's events chain in that order): the links
-    /// their writers asked for, supersession, and their case events. Links
-    /// and events take one statement each however many fragments.
+    /// their writers asked for, supersession, their case events and their
+    /// place in the automatic-link queue. Links, events and the queue take
+    /// one statement each however many fragments.
     async fn after_insert(
         &self,
         tx: &TenantTx<'_>,
@@ -423,7 +424,14 @@ impl RememberServer {
                 })
             })
             .collect();
-        cases::append_many(tx, &events).await?;
+        let new_ids: Vec<Uuid> = created.iter().map(|(id, _)| *id).collect();
+        // Pipelined on the transaction's connection.
+        let (appended, queued) = tokio::join!(
+            cases::append_many(tx, &events),
+            self.auto_linker.enqueue(tx, &new_ids)
+        );
+        appended?;
+        queued?;
         Ok(entailed)
     }
 
@@ -431,7 +439,7 @@ impl RememberServer {
     /// [`ROWS_PER_INSERT`], then what their creation entails (links,
     /// supersession, case events) in the writes' own order. `on_stored`
     /// receives the running count. Returns every item's outcome and the
-    /// fragments created, for [`Self::after_commit`]. Cases are resolved
+    /// fragments created, for the symbolic layer's claims. Cases are resolved
     /// beforehand ([`Self::resolve_cases`]).
     pub(crate) async fn store_all(
         &self,
@@ -521,13 +529,9 @@ impl RememberServer {
     }
 
     /// What follows a committed write of `created` new fragments: the quota
-    /// count, the embedding worker's wake-up and the automatic links.
-    pub(crate) async fn after_commit(
-        &self,
-        principal: &Principal,
-        created: u32,
-        new_fragments: Vec<(Uuid, Write)>,
-    ) {
+    /// count, the embedding worker's wake-up and a drain of the
+    /// automatic-link queue.
+    pub(crate) async fn after_commit(&self, principal: &Principal, created: u32) {
         if created > 0 {
             let tenant = principal.tenant_id.to_string();
             let key = principal.key_id.to_string();
@@ -538,8 +542,8 @@ impl RememberServer {
                 ),
                 Box::pin(self.cache.wake_embedding_worker(&tenant)),
             );
+            self.auto_linker.kick(principal.tenant_id);
         }
-        self.link_automatically(principal, new_fragments).await;
     }
 
     /// Stores a session-scoped fragment in the session's working memory.
@@ -694,8 +698,7 @@ impl RememberServer {
         if outcome == WriteOutcome::Created {
             self.analyse_claims(principal, &write, written.id, &mut conflicts, &mut warnings)
                 .await;
-            self.after_commit(principal, 1, vec![(written.id, write)])
-                .await;
+            self.after_commit(principal, 1).await;
         }
         if written.importance < 0.3 {
             warnings.push(format!(
@@ -911,7 +914,7 @@ impl RememberServer {
                 });
             }
             self.spawn_claim_storage(principal, &new_fragments);
-            self.after_commit(principal, created, new_fragments).await;
+            self.after_commit(principal, created).await;
         }
         results.sort_by_key(|r| r.index);
         let rejected = total_u32 - created - existing;

@@ -403,8 +403,11 @@ mod write_path {
         assert_eq!(h.scalar(&temporal(&new.id, &old.id)).await, 0);
     }
 
+    /// Writes queue their automatic links and are acknowledged without
+    /// waiting for them, however stuck linking is; the queue drains once
+    /// linking can proceed, and nothing queued is lost.
     #[tokio::test]
-    async fn a_single_remember_never_waits_for_the_links_of_batches() {
+    async fn writes_never_wait_for_automatic_links() {
         let h = harness().await;
         let batch = |tag: &str| mneme_proto::v1::BatchRememberRequest {
             items: (0..3)
@@ -419,37 +422,28 @@ mod write_path {
             .await
             .unwrap();
         let who = h.who(None);
-        let patience = std::time::Duration::from_secs(10);
-        for tag in ["a", "b"] {
+        let patience = std::time::Duration::from_secs(3);
+        for tag in ["a", "b", "c"] {
             tokio::time::timeout(patience, h.server.batch_remember(&who, batch(tag), |_| {}))
                 .await
-                .expect("a batch is acknowledged while a linking slot is free")
+                .expect("a batch waited for automatic links")
                 .unwrap();
         }
-        // Both slots are taken: a third batch waits for one (backpressure)...
-        let third = h.server.batch_remember(&who, batch("c"), |_| {});
-        tokio::pin!(third);
-        assert!(
-            tokio::time::timeout(std::time::Duration::from_millis(500), &mut third)
-                .await
-                .is_err(),
-            "a batch was acknowledged with both linking slots taken"
-        );
-        // ...and a single remember is acknowledged all the same (well before
-        // the blocked link statements time out and free their slots).
         let single = tokio::time::timeout(
-            std::time::Duration::from_secs(3),
+            patience,
             h.remember(None, kind("Import d landed alone.", "fact", "imports")),
         )
         .await
-        .expect("a single remember waited for a linking slot");
+        .expect("a single remember waited for automatic links");
+        assert_eq!(
+            h.scalar("SELECT count(*) FROM mneme.fragment_links WHERE relation_type = 'temporal'")
+                .await,
+            0,
+            "no link could be written yet"
+        );
         lock.rollback().await.unwrap();
-        tokio::time::timeout(patience, third)
-            .await
-            .expect("the third batch got its slot")
-            .unwrap();
-        // The single write's links were queued, not dropped.
-        let deadline = std::time::Instant::now() + patience;
+        // Every write's links follow, and the queue empties.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while h
             .scalar(&format!(
                 "SELECT count(*) FROM mneme.fragment_links
@@ -458,13 +452,23 @@ mod write_path {
             ))
             .await
             == 0
+            || h.scalar("SELECT count(*) FROM mneme.auto_link_queue").await > 0
         {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the single write's links never appeared"
+                "the queued links never appeared"
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        assert_eq!(
+            h.scalar(
+                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
+                  WHERE relation_type = 'temporal'"
+            )
+            .await,
+            10,
+            "all ten new memories were linked to their neighbours in time"
+        );
     }
 
     async fn set_limit(h: &Harness, limit: Option<i32>) {
@@ -725,6 +729,97 @@ mod write_path {
             vec![130, 180, 230, 260],
             "three inserts of 50, 50, 30"
         );
+    }
+
+    /// Fragments a process queued for automatic links but never drained
+    /// (it stopped right after the commit) are linked by any remember
+    /// process's periodic sweep.
+    #[tokio::test]
+    async fn fragments_left_in_the_link_queue_are_linked_by_the_sweep() {
+        use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
+        use mneme_store::auto_link_queue;
+        use mneme_store::fragments::{self, Author};
+
+        let h = harness().await;
+        let mut request = kind("The billing service retries webhooks.", "fact", "billing");
+        request.keywords = vec!["billing".into(), "webhooks".into(), "retries".into()];
+        let first = h.remember(None, request).await;
+        let queued = "SELECT count(*) FROM mneme.auto_link_queue";
+        // The write's own drain empties the queue first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.scalar(queued).await > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the write's drain did not run"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let orphan = {
+            let fragment = prepare(
+                RememberInput {
+                    content: "Billing webhooks are retried for three days.".into(),
+                    topic: "billing".into(),
+                    fragment_type: "fact".into(),
+                    keywords: vec!["billing".into(), "webhooks".into(), "retries".into()],
+                    ..Default::default()
+                },
+                &FragmentLimits::default(),
+                &mneme_core::text::Tokenizer::default(),
+            )
+            .unwrap();
+            let store = h.db.store();
+            let mut client = store.client().await.unwrap();
+            let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
+                .await
+                .unwrap();
+            let author = Author {
+                key_id: h.tenant.key_id,
+                agent_id: "default",
+                session_id: None,
+            };
+            let id = fragments::insert(&tx, author, &fragment).await.unwrap().id;
+            auto_link_queue::enqueue(&tx, &[id]).await.unwrap();
+            tx.commit().await.unwrap();
+            id
+        };
+        let links_of_orphan = format!(
+            "SELECT count(*) FROM mneme.fragment_links
+              WHERE from_id = '{orphan}' AND to_id = '{}' AND relation_type = 'related'",
+            first.id
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert_eq!(
+            h.scalar(&links_of_orphan).await,
+            0,
+            "nothing drained it yet"
+        );
+        assert_eq!(h.scalar(queued).await, 1);
+
+        let mut settings = Config::defaults().remember;
+        settings.auto_link_sweep_interval = std::time::Duration::from_secs(1);
+        let sweeper = RememberServer::new(h.db.store(), h.cache.clone(), settings);
+        let stop = CancellationToken::new();
+        let served = tokio::spawn(serve(
+            sweeper,
+            PrincipalSigner::new(TOKEN),
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            stop.clone().cancelled_owned(),
+        ));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.scalar(&links_of_orphan).await == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sweep did not link the queued fragment"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            h.scalar(queued).await,
+            0,
+            "linked fragments leave the queue"
+        );
+        stop.cancel();
+        served.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -712,6 +712,9 @@ pub struct RememberConfig {
     pub proactive_link_overlap: f64,
     pub temporal_link_hours: f64,
     pub temporal_link_max: usize,
+    /// Fragments linked per transaction by the automatic-link drain.
+    pub auto_link_batch_size: usize,
+    pub auto_link_sweep_interval: Duration,
     pub working_memory_tokens: usize,
     pub working_memory_ttl: Duration,
     pub link_reconsolidation: bool,
@@ -1257,6 +1260,8 @@ impl Config {
             proactive_link_overlap: r.value(settings::PROACTIVE_LINK_OVERLAP),
             temporal_link_hours: r.value(settings::TEMPORAL_LINK_HOURS),
             temporal_link_max: r.value(settings::TEMPORAL_LINK_MAX),
+            auto_link_batch_size: r.positive(settings::AUTO_LINK_BATCH_SIZE),
+            auto_link_sweep_interval: r.secs(settings::AUTO_LINK_SWEEP_SECS),
             working_memory_tokens: r.positive(settings::WORKING_MEMORY_TOKENS),
             working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),
             link_reconsolidation: r.flag(settings::LINK_RECONSOLIDATION),

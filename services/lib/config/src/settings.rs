@@ -276,6 +276,10 @@ settings! {
             "A new fragment is linked (`temporal`) to fragments of the same key, agent and topic created within this many hours; 0 turns it off.";
         TEMPORAL_LINK_MAX = "MNEME_TEMPORAL_LINK_MAX", Some("5"),
             "Most temporal links per new fragment.";
+        AUTO_LINK_BATCH_SIZE = "MNEME_AUTO_LINK_BATCH_SIZE", Some("500"),
+            "New fragments whose automatic links (temporal, related) the remember service computes in one transaction. Writes queue their fragments in `auto_link_queue` and are acknowledged without waiting for the links.";
+        AUTO_LINK_SWEEP_SECS = "MNEME_AUTO_LINK_SWEEP_SECS", Some("30"),
+            "How often each remember process looks for fragments still waiting for automatic links (left by a process that stopped, say); its own writes are linked at once.";
         LINK_RECONSOLIDATION = "MNEME_LINK_RECONSOLIDATION", Some("true"),
             "`tool_feedback` naming fragments reinforces (relevant) or decays (not relevant) the links among them; every change is audited in `link_reconsolidations`.";
         LINK_DECAY_INTERVAL_SECS = "MNEME_LINK_DECAY_INTERVAL_SECS", Some("60"),

@@ -6,7 +6,8 @@
 //! - [`migrate`]: the embedded `migrations/` and their runner (refinery).
 //! - [`tls`]: TLS to the server as the URL's `sslmode` asks (rustls).
 //! - One repository module per table or family of tables: [`tenants`],
-//!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`versions`],
+//!   [`api_keys`], [`key_groups`], [`fragments`], [`links`], [`auto_link_queue`] (new
+//!   fragments waiting for their automatic links), [`versions`],
 //!   [`cases`] (events, edges, evidence), [`search_events`],
 //!   [`search_thresholds`] (the adaptive similarity floor), [`feedback`]
 //!   (tool and task feedback, link reconsolidation), [`consolidation`]
@@ -28,6 +29,7 @@
 
 pub mod admin_audit;
 pub mod api_keys;
+pub mod auto_link_queue;
 pub mod cases;
 pub mod claims;
 pub mod consolidation;

@@ -997,6 +997,110 @@ async fn keyword_neighbors_share_enough_keywords_within_the_key_and_agent() {
     tx.commit().await.unwrap();
 }
 
+#[tokio::test]
+async fn the_auto_link_queue_hands_out_each_fragment_once_oldest_first_within_its_tenant() {
+    use mneme_store::auto_link_queue::{self, QueuedFragment, Taken};
+
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "queued", ALL_PERMISSIONS).await;
+    let other_tenant = create_tenant(&store, "elsewhere", ALL_PERMISSIONS).await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (i, keywords) in [["postgres", "wal"], ["redis", "cache"], ["nginx", "tls"]]
+        .iter()
+        .enumerate()
+    {
+        let content = format!("Queued memory number {i}.");
+        ids.push(remember_keywords(&tx, &tenant, "default", &content, keywords).await);
+    }
+    let forgotten = remember_keywords(&tx, &tenant, "default", "Forgotten soon.", &["gone"]).await;
+    auto_link_queue::enqueue(&tx, &[ids[2], ids[0], forgotten, ids[1]])
+        .await
+        .unwrap();
+    // A second enqueue (a retried statement) adds nothing.
+    auto_link_queue::enqueue(&tx, &ids).await.unwrap();
+    tx.execute(
+        "DELETE FROM mneme.fragments WHERE tenant_id = $1 AND id = $2",
+        &[&tenant.tenant_id, &forgotten],
+    )
+    .await
+    .unwrap();
+    assert_eq!(auto_link_queue::backlog(&tx).await.unwrap().0, 4);
+    tx.commit().await.unwrap();
+
+    // Another tenant sees nothing of the queue.
+    {
+        let mut client = store.client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, other_tenant.tenant_id)
+            .await
+            .unwrap();
+        assert_eq!(auto_link_queue::backlog(&tx).await.unwrap().0, 0);
+        assert!(auto_link_queue::take(&tx, 10).await.unwrap().is_empty());
+    }
+
+    // Two drains at once take disjoint batches, oldest first; a rolled
+    // back batch is queued again.
+    let mut first_client = store.client().await.unwrap();
+    let first = TenantTx::begin(&mut first_client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let first_taken = auto_link_queue::take(&first, 2).await.unwrap();
+    assert_eq!(
+        first_taken,
+        vec![
+            Taken {
+                fragment_id: ids[0],
+                fragment: Some(QueuedFragment {
+                    key_id: tenant.key_id,
+                    keywords: vec!["postgres".into(), "wal".into()],
+                }),
+            },
+            Taken {
+                fragment_id: ids[1],
+                fragment: Some(QueuedFragment {
+                    key_id: tenant.key_id,
+                    keywords: vec!["redis".into(), "cache".into()],
+                }),
+            },
+        ]
+    );
+    let mut second_client = store.client().await.unwrap();
+    let second = TenantTx::begin(&mut second_client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let second_taken = auto_link_queue::take(&second, 10).await.unwrap();
+    let taken_ids: Vec<Uuid> = second_taken.iter().map(|t| t.fragment_id).collect();
+    assert_eq!(taken_ids, vec![ids[2], forgotten]);
+    assert_eq!(
+        second_taken[1].fragment, None,
+        "a forgotten fragment has nothing to link"
+    );
+    second.commit().await.unwrap();
+    drop(first);
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let again: Vec<Uuid> = auto_link_queue::take(&tx, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.fragment_id)
+        .collect();
+    assert_eq!(again, vec![ids[0], ids[1]], "the rolled-back batch");
+    tx.commit().await.unwrap();
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    assert_eq!(auto_link_queue::backlog(&tx).await.unwrap(), (0, 0.0));
+}
+
 /// The rows of a two-uuid query with the tenant as `$1`.
 async fn uuid_pairs(
     client: &tokio_postgres::Client,
