@@ -1378,10 +1378,17 @@ pub async fn keyword_neighbors(
                         (SELECT n.id FROM mneme.fragments n
                           -- Two overlaps, not `@>`: arrayoverlap is the
                           -- operator marked leakproof (V23), so the index
-                          -- serves it under row-level security.
+                          -- serves it under row-level security. The key is
+                          -- compared as text so that no btree index can
+                          -- serve it: a key new to the planner (no
+                          -- statistics yet, as during an import) looks a
+                          -- few rows large, and walking its rows for every
+                          -- probe took 15 times as long as the keyword
+                          -- index (docs/BENCHMARKS.md).
                           WHERE n.tenant_id = $1
                             AND n.keywords && ARRAY[p.first] AND n.keywords && ARRAY[p.second]
-                            AND n.key_id = $2 AND n.valid_to IS NULL AND n.id <> p.fragment_id
+                            AND n.key_id::text = $2::uuid::text
+                            AND n.valid_to IS NULL AND n.id <> p.fragment_id
                           LIMIT $8) c),
              scored AS (
                  SELECT f.id AS fragment_id, n.id, n.created_at,
