@@ -13,20 +13,22 @@
 //! left behind. Batches are taken with `SKIP LOCKED`, so any number of
 //! processes can drain one tenant together.
 //!
-//! A batch (up to `MNEME_AUTO_LINK_BATCH_SIZE` fragments) is linked in one
-//! transaction, which also removes it from the queue: three statements per
+//! A batch (up to `MNEME_AUTO_LINK_BATCH_SIZE` fragments; half as many
+//! after a batch timed out, growing back after each success) is linked in
+//! one transaction, which also removes it from the queue: three statements per
 //! key it touches, however many fragments: the temporal neighbours, the
 //! keyword neighbours (found through pairs of keywords any qualifying
 //! fragment must carry, [`probe_pairs`], and counted exactly on the stored
-//! keywords) and the links. At most [`LINKING_BATCHES`] batches are linked
-//! at once per process, and tenants take turns batch by batch, so one
+//! keywords) and the links. At most `MNEME_AUTO_LINK_CONCURRENCY` batches
+//! are linked at once per process, and tenants take turns batch by batch, so one
 //! tenant's import cannot hold back another's links.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use mneme_config::RememberConfig;
-use mneme_core::Result;
+use mneme_core::{ErrorCode, Result};
 use mneme_store::auto_link_queue::{self, QueuedFragment};
 use mneme_store::fragments::{self, KeywordProbe};
 use mneme_store::links::{self, Edge};
@@ -37,8 +39,6 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-/// Batches linked at once, per process.
-pub(crate) const LINKING_BATCHES: usize = 2;
 /// `related` links a new fragment gets at most.
 const RELATED_LINKS: i64 = 5;
 
@@ -78,6 +78,8 @@ pub(crate) struct AutoLinker {
     /// the drain last found the queue empty.
     draining: Arc<Mutex<HashMap<Uuid, bool>>>,
     slots: Arc<Semaphore>,
+    /// Fragments the next batch takes; see [`Self::adapt_batch_size`].
+    batch_size: Arc<AtomicUsize>,
 }
 
 impl AutoLinker {
@@ -87,9 +89,10 @@ impl AutoLinker {
         LazyLock::force(&QUEUE);
         Self {
             store,
-            settings,
             draining: Arc::default(),
-            slots: Arc::new(Semaphore::new(LINKING_BATCHES)),
+            slots: Arc::new(Semaphore::new(settings.auto_link_concurrency)),
+            batch_size: Arc::new(AtomicUsize::new(settings.auto_link_batch_size)),
+            settings,
         }
     }
 
@@ -131,18 +134,23 @@ impl AutoLinker {
     }
 
     /// Links batch after batch until the tenant's queue is empty (or what
-    /// is left is held by other processes). A failure is logged and ends
-    /// the drain; the batch stays queued for the next kick or sweep.
+    /// is left is held by other processes). A batch that times out is
+    /// retried at half the size; any other failure is logged and ends the
+    /// drain, and the batch stays queued for the next kick or sweep.
     async fn drain(self, tenant_id: Uuid) {
-        let batch_size = self.settings.auto_link_batch_size;
         loop {
+            let limit = self.batch_size.load(Ordering::Relaxed);
             let linked = match self.slots.acquire().await {
-                Ok(_slot) => self.link_batch(tenant_id, batch_size).await,
+                Ok(_slot) => self.link_batch(tenant_id, limit).await,
                 Err(_) => return,
             };
             match linked {
-                Ok(taken) if taken >= batch_size => continue,
+                Ok(taken) if taken >= limit => {
+                    self.adapt_batch_size(limit, true);
+                    continue;
+                }
                 Ok(_) => {
+                    self.adapt_batch_size(limit, true);
                     let mut draining = self.draining_lock();
                     if draining.get(&tenant_id).copied().unwrap_or(false) {
                         draining.insert(tenant_id, false);
@@ -151,6 +159,10 @@ impl AutoLinker {
                     draining.remove(&tenant_id);
                     return;
                 }
+                Err(error) if error.code == ErrorCode::Timeout && limit > 1 => {
+                    tracing::info!(tenant.id = %tenant_id, limit, "an automatic-link batch timed out; retrying it smaller");
+                    self.adapt_batch_size(limit, false);
+                }
                 Err(error) => {
                     tracing::warn!(tenant.id = %tenant_id, %error, "automatic links were not created; the fragments stay queued");
                     self.draining_lock().remove(&tenant_id);
@@ -158,6 +170,18 @@ impl AutoLinker {
                 }
             }
         }
+    }
+
+    /// Halves the batch size after a batch that timed out (a loaded
+    /// database, a large tenant without planner statistics), grows it by
+    /// half after one that succeeded, up to `MNEME_AUTO_LINK_BATCH_SIZE`.
+    fn adapt_batch_size(&self, used: usize, succeeded: bool) {
+        let next = if succeeded {
+            (used + used.div_ceil(2)).min(self.settings.auto_link_batch_size)
+        } else {
+            (used / 2).max(1)
+        };
+        self.batch_size.store(next, Ordering::Relaxed);
     }
 
     /// Takes up to `limit` queued fragments of the tenant and links them,

@@ -731,6 +731,64 @@ mod write_path {
         );
     }
 
+    /// A link batch that hits the statement timeout is retried smaller
+    /// instead of waiting for the next sweep (none runs here): once linking
+    /// can proceed again, the queue drains.
+    #[tokio::test]
+    async fn a_link_batch_that_times_out_is_retried_smaller() {
+        let h = harness().await;
+        let impatient = RememberServer::new(
+            Store::connect(
+                &h.db.app_url,
+                &StoreOptions {
+                    statement_timeout: std::time::Duration::from_millis(700),
+                    ..StoreOptions::default()
+                },
+            )
+            .unwrap(),
+            h.cache.clone(),
+            Config::defaults().remember,
+        );
+        let mut owner = h.db.owner_client().await;
+        let lock = owner.transaction().await.unwrap();
+        lock.batch_execute("LOCK TABLE mneme.fragment_links IN EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        let batch = mneme_proto::v1::BatchRememberRequest {
+            items: (0..4)
+                .map(|i| kind(&format!("Nightly export {i} finished."), "fact", "exports"))
+                .collect(),
+            ..Default::default()
+        };
+        impatient
+            .batch_remember(&h.who(None), batch, |_| {})
+            .await
+            .unwrap();
+        // Two batches time out meanwhile (500, then 250 fragments).
+        tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+        assert_eq!(
+            h.scalar("SELECT count(*) FROM mneme.auto_link_queue").await,
+            4
+        );
+        lock.rollback().await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.scalar("SELECT count(*) FROM mneme.auto_link_queue").await > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the timed-out batch was not retried"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            h.scalar(
+                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
+                  WHERE relation_type = 'temporal'"
+            )
+            .await,
+            4
+        );
+    }
+
     /// Fragments a process queued for automatic links but never drained
     /// (it stopped right after the commit) are linked by any remember
     /// process's periodic sweep.

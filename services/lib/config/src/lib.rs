@@ -714,6 +714,8 @@ pub struct RememberConfig {
     pub temporal_link_max: usize,
     /// Fragments linked per transaction by the automatic-link drain.
     pub auto_link_batch_size: usize,
+    /// Link batches a process works on at once.
+    pub auto_link_concurrency: usize,
     pub auto_link_sweep_interval: Duration,
     pub working_memory_tokens: usize,
     pub working_memory_ttl: Duration,
@@ -1261,6 +1263,7 @@ impl Config {
             temporal_link_hours: r.value(settings::TEMPORAL_LINK_HOURS),
             temporal_link_max: r.value(settings::TEMPORAL_LINK_MAX),
             auto_link_batch_size: r.positive(settings::AUTO_LINK_BATCH_SIZE),
+            auto_link_concurrency: r.positive(settings::AUTO_LINK_CONCURRENCY),
             auto_link_sweep_interval: r.secs(settings::AUTO_LINK_SWEEP_SECS),
             working_memory_tokens: r.positive(settings::WORKING_MEMORY_TOKENS),
             working_memory_ttl: Duration::from_secs(r.value(settings::WORKING_MEMORY_TTL_SECS)),

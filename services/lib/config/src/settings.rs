@@ -277,7 +277,9 @@ settings! {
         TEMPORAL_LINK_MAX = "MNEME_TEMPORAL_LINK_MAX", Some("5"),
             "Most temporal links per new fragment.";
         AUTO_LINK_BATCH_SIZE = "MNEME_AUTO_LINK_BATCH_SIZE", Some("500"),
-            "New fragments whose automatic links (temporal, related) the remember service computes in one transaction. Writes queue their fragments in `auto_link_queue` and are acknowledged without waiting for the links.";
+            "Most new fragments whose automatic links (temporal, related) the remember service computes in one transaction; a batch that times out is retried at half the size, and later batches grow back. Writes queue their fragments in `auto_link_queue` and are acknowledged without waiting for the links.";
+        AUTO_LINK_CONCURRENCY = "MNEME_AUTO_LINK_CONCURRENCY", Some("2"),
+            "Automatic-link batches one remember process works on at once, tenants taking turns; each holds a database connection and keeps a core of PostgreSQL busy while it runs, so fewer leave more to the writes during an import, and links follow later.";
         AUTO_LINK_SWEEP_SECS = "MNEME_AUTO_LINK_SWEEP_SECS", Some("30"),
             "How often each remember process looks for fragments still waiting for automatic links (left by a process that stopped, say); its own writes are linked at once.";
         LINK_RECONSOLIDATION = "MNEME_LINK_RECONSOLIDATION", Some("true"),
