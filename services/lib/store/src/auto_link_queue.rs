@@ -4,6 +4,8 @@
 //! can drain one tenant's queue together, and a batch whose transaction
 //! rolls back is taken again.
 
+use std::collections::HashMap;
+
 use uuid::Uuid;
 
 use crate::{Result, TenantTx};
@@ -42,36 +44,57 @@ pub struct QueuedFragment {
 /// Removes up to `limit` of the oldest queued fragments that no concurrent
 /// transaction holds, and returns them. The removal commits with the
 /// caller's links; if the transaction rolls back they are queued again.
+///
+/// Two statements, so that the fragments are read by primary key whatever
+/// the planner believes of the tenant's size (as one join, a few batches of
+/// a 100,000-memory import ran into the statement timeout).
 pub async fn take(tx: &TenantTx<'_>, limit: i64) -> Result<Vec<Taken>> {
-    let rows = tx
+    let taken: Vec<Uuid> = tx
         .query(
-            "WITH taken AS (
-                 DELETE FROM mneme.auto_link_queue q
-                  WHERE q.tenant_id = $1 AND q.fragment_id IN (
-                        SELECT fragment_id FROM mneme.auto_link_queue
-                         WHERE tenant_id = $1
-                         ORDER BY fragment_id
-                         LIMIT $2
-                           FOR UPDATE SKIP LOCKED)
-                 RETURNING q.fragment_id)
-             SELECT t.fragment_id, f.key_id, f.keywords
-               FROM taken t
-               LEFT JOIN mneme.fragments f
-                 ON f.tenant_id = $1 AND f.id = t.fragment_id AND f.valid_to IS NULL
-              ORDER BY t.fragment_id",
+            "WITH picked AS MATERIALIZED (
+                 SELECT fragment_id FROM mneme.auto_link_queue
+                  WHERE tenant_id = $1
+                  ORDER BY fragment_id
+                  LIMIT $2
+                    FOR UPDATE SKIP LOCKED)
+             DELETE FROM mneme.auto_link_queue q
+              USING picked p
+              WHERE q.tenant_id = $1 AND q.fragment_id = p.fragment_id
+             RETURNING q.fragment_id",
             &[&tx.tenant_id(), &limit],
         )
-        .await?;
-    Ok(rows
+        .await?
         .iter()
-        .map(|row| Taken {
-            fragment_id: row.get(0),
-            fragment: row.get::<_, Option<Uuid>>(1).map(|key_id| QueuedFragment {
-                key_id,
+        .map(|row| row.get(0))
+        .collect();
+    if taken.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut fragments: HashMap<Uuid, QueuedFragment> = tx
+        .query(
+            "SELECT id, key_id, keywords FROM mneme.fragments
+              WHERE tenant_id = $1 AND id = ANY($2) AND valid_to IS NULL",
+            &[&tx.tenant_id(), &taken],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            let fragment = QueuedFragment {
+                key_id: row.get(1),
                 keywords: row.get(2),
-            }),
+            };
+            (row.get(0), fragment)
         })
-        .collect())
+        .collect();
+    let mut taken: Vec<Taken> = taken
+        .into_iter()
+        .map(|fragment_id| Taken {
+            fragment_id,
+            fragment: fragments.remove(&fragment_id),
+        })
+        .collect();
+    taken.sort_by_key(|t| t.fragment_id);
+    Ok(taken)
 }
 
 /// How many of the tenant's fragments wait, and how long the oldest has
