@@ -304,6 +304,16 @@ mod write_path {
             .unwrap();
             tx.query_one(sql, &[]).await.unwrap().get(0)
         }
+
+        /// Polls the count `sql` until `done` holds (automatic links follow
+        /// the acknowledgement); fails with `what` after ten seconds.
+        async fn wait_until(&self, sql: &str, done: impl Fn(i64) -> bool, what: &str) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !done(self.scalar(sql).await) {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
     }
 
     fn kind(content: &str, kind: &str, topic: &str) -> RememberRequest {
@@ -390,14 +400,12 @@ mod write_path {
                   WHERE from_id = '{from}' AND to_id = '{to}' AND relation_type = 'temporal'"
             )
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h.scalar(&temporal(&sibling.id, &new.id)).await == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no temporal link appeared"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        h.wait_until(
+            &temporal(&sibling.id, &new.id),
+            |n| n > 0,
+            "no temporal link appeared",
+        )
+        .await;
         // The superseded fragment is no longer valid, so it is nobody's neighbour.
         assert_eq!(h.scalar(&temporal(&sibling.id, &old.id)).await, 0);
         assert_eq!(h.scalar(&temporal(&new.id, &old.id)).await, 0);
@@ -443,23 +451,22 @@ mod write_path {
         );
         lock.rollback().await.unwrap();
         // Every write's links follow, and the queue empties.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h
-            .scalar(&format!(
+        h.wait_until(
+            "SELECT count(*) FROM mneme.auto_link_queue",
+            |n| n == 0,
+            "the queue never drained",
+        )
+        .await;
+        h.wait_until(
+            &format!(
                 "SELECT count(*) FROM mneme.fragment_links
                   WHERE from_id = '{}' AND relation_type = 'temporal'",
                 single.id
-            ))
-            .await
-            == 0
-            || h.scalar("SELECT count(*) FROM mneme.auto_link_queue").await > 0
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the queued links never appeared"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+            ),
+            |n| n > 0,
+            "the single write's links never appeared",
+        )
+        .await;
         assert_eq!(
             h.scalar(
                 "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
@@ -711,15 +718,9 @@ mod write_path {
                 id(129)
             )
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h.scalar(&auto_links("temporal")).await == 0
-            || h.scalar(&auto_links("related")).await == 0
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no automatic links appeared"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        for relation in ["temporal", "related"] {
+            let what = format!("no automatic {relation} links appeared");
+            h.wait_until(&auto_links(relation), |n| n > 0, &what).await;
         }
         // Validation, then progress after every bulk insert up to the
         // total (130 validated + 130 stored), the last once committed.
@@ -771,14 +772,12 @@ mod write_path {
             4
         );
         lock.rollback().await.unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h.scalar("SELECT count(*) FROM mneme.auto_link_queue").await > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the timed-out batch was not retried"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        h.wait_until(
+            "SELECT count(*) FROM mneme.auto_link_queue",
+            |n| n == 0,
+            "the timed-out batch was not retried",
+        )
+        .await;
         assert_eq!(
             h.scalar(
                 "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
@@ -804,14 +803,8 @@ mod write_path {
         let first = h.remember(None, request).await;
         let queued = "SELECT count(*) FROM mneme.auto_link_queue";
         // The write's own drain empties the queue first.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h.scalar(queued).await > 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the write's drain did not run"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        h.wait_until(queued, |n| n == 0, "the write's drain did not run")
+            .await;
         let orphan = {
             let fragment = prepare(
                 RememberInput {
@@ -863,14 +856,12 @@ mod write_path {
             TcpListener::bind("127.0.0.1:0").await.unwrap(),
             stop.clone().cancelled_owned(),
         ));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while h.scalar(&links_of_orphan).await == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sweep did not link the queued fragment"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        h.wait_until(
+            &links_of_orphan,
+            |n| n > 0,
+            "the sweep did not link the queued fragment",
+        )
+        .await;
         assert_eq!(
             h.scalar(queued).await,
             0,
