@@ -36,12 +36,12 @@ pub use consolidate::{Consolidator, ModelReply, STAGES, Stage};
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use mneme_cache::Cache;
 use mneme_config::Config;
+use mneme_core::batch_size::AdaptiveBatchSize;
 use mneme_embed::{EmbedError, Embedder, PassageRecipe, TextKind};
 use mneme_store::{Store, StoreError, TenantTx, fragments, tenants};
 use mneme_telemetry::metrics::register;
@@ -138,8 +138,7 @@ static PARKED: LazyLock<IntCounter> = LazyLock::new(|| {
 pub struct EmbeddingWorker {
     store: Store,
     embedder: Arc<dyn Embedder>,
-    batch_size: usize,
-    current_batch_size: Arc<AtomicUsize>,
+    batch_size: AdaptiveBatchSize,
     batches_in_flight: usize,
     /// Held while a batch is embedded (see the type's docs).
     embedding_turn: Arc<tokio::sync::Mutex<()>>,
@@ -159,8 +158,7 @@ impl EmbeddingWorker {
         Self {
             store,
             embedder,
-            batch_size: batch_size.max(1),
-            current_batch_size: Arc::new(AtomicUsize::new(batch_size.max(1))),
+            batch_size: AdaptiveBatchSize::new(batch_size),
             batches_in_flight: defaults.worker_batches_in_flight,
             embedding_turn: Arc::default(),
             max_attempts: defaults.max_attempts,
@@ -217,7 +215,7 @@ impl EmbeddingWorker {
     async fn embed_batch(&self, tenant_id: Uuid) -> Result<(usize, bool), WorkerError> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
-        let batch_size = self.current_batch_size.load(Ordering::Relaxed);
+        let batch_size = self.batch_size.current();
         let pending = fragments::lock_pending_embeddings(&tx, batch_size as i64).await?;
         let (batch, stale) = if !pending.is_empty() {
             (pending, false)
@@ -297,19 +295,18 @@ impl EmbeddingWorker {
     /// grows it by half after one it took.
     fn adapt_batch_size(&self, used: usize, succeeded: bool) {
         let next = if succeeded {
-            (used + used.div_ceil(2)).min(self.batch_size)
+            self.batch_size.succeeded(used)
         } else {
-            (used / 2).max(1)
+            self.batch_size.timed_out(used)
         };
         if next != used {
             tracing::debug!(from = used, to = next, "embedding batch size adapted");
         }
-        self.current_batch_size.store(next, Ordering::Relaxed);
     }
 
     /// The batch size the next batch will use.
     pub fn current_batch_size(&self) -> usize {
-        self.current_batch_size.load(Ordering::Relaxed)
+        self.batch_size.current()
     }
 
     /// Embeds `pending` singly; a fragment the provider rejects is retried

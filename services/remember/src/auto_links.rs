@@ -24,10 +24,10 @@
 //! tenant's import cannot hold back another's links.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use mneme_config::RememberConfig;
+use mneme_core::batch_size::AdaptiveBatchSize;
 use mneme_core::{ErrorCode, Result};
 use mneme_store::auto_link_queue::{self, QueuedFragment};
 use mneme_store::fragments::{self, KeywordProbe};
@@ -78,8 +78,9 @@ pub(crate) struct AutoLinker {
     /// the drain last found the queue empty.
     draining: Arc<Mutex<HashMap<Uuid, bool>>>,
     slots: Arc<Semaphore>,
-    /// Fragments the next batch takes; see [`Self::adapt_batch_size`].
-    batch_size: Arc<AtomicUsize>,
+    /// Fragments the next batch takes, at most
+    /// `MNEME_AUTO_LINK_BATCH_SIZE`; halved after a batch timed out.
+    batch_size: AdaptiveBatchSize,
 }
 
 impl AutoLinker {
@@ -91,7 +92,7 @@ impl AutoLinker {
             store,
             draining: Arc::default(),
             slots: Arc::new(Semaphore::new(settings.auto_link_concurrency)),
-            batch_size: Arc::new(AtomicUsize::new(settings.auto_link_batch_size)),
+            batch_size: AdaptiveBatchSize::new(settings.auto_link_batch_size),
             settings,
         }
     }
@@ -139,18 +140,17 @@ impl AutoLinker {
     /// drain, and the batch stays queued for the next kick or sweep.
     async fn drain(self, tenant_id: Uuid) {
         loop {
-            let limit = self.batch_size.load(Ordering::Relaxed);
+            let limit = self.batch_size.current();
             let linked = match self.slots.acquire().await {
                 Ok(_slot) => self.link_batch(tenant_id, limit).await,
                 Err(_) => return,
             };
             match linked {
-                Ok(taken) if taken >= limit => {
-                    self.adapt_batch_size(limit, true);
-                    continue;
-                }
-                Ok(_) => {
-                    self.adapt_batch_size(limit, true);
+                Ok(taken) => {
+                    self.batch_size.succeeded(limit);
+                    if taken >= limit {
+                        continue;
+                    }
                     let mut draining = self.draining_lock();
                     if draining.get(&tenant_id).copied().unwrap_or(false) {
                         draining.insert(tenant_id, false);
@@ -161,7 +161,7 @@ impl AutoLinker {
                 }
                 Err(error) if error.code == ErrorCode::Timeout && limit > 1 => {
                     tracing::info!(tenant.id = %tenant_id, limit, "an automatic-link batch timed out; retrying it smaller");
-                    self.adapt_batch_size(limit, false);
+                    self.batch_size.timed_out(limit);
                 }
                 Err(error) => {
                     tracing::warn!(tenant.id = %tenant_id, %error, "automatic links were not created; the fragments stay queued");
@@ -172,31 +172,20 @@ impl AutoLinker {
         }
     }
 
-    /// Halves the batch size after a batch that timed out (a loaded
-    /// database, a large tenant without planner statistics), grows it by
-    /// half after one that succeeded, up to `MNEME_AUTO_LINK_BATCH_SIZE`.
-    fn adapt_batch_size(&self, used: usize, succeeded: bool) {
-        let next = if succeeded {
-            (used + used.div_ceil(2)).min(self.settings.auto_link_batch_size)
-        } else {
-            (used / 2).max(1)
-        };
-        self.batch_size.store(next, Ordering::Relaxed);
-    }
-
     /// Takes up to `limit` queued fragments of the tenant and links them,
     /// in one transaction. Returns how many were taken.
     async fn link_batch(&self, tenant_id: Uuid, limit: usize) -> Result<usize> {
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, tenant_id).await?;
         let taken = auto_link_queue::take(&tx, limit as i64).await?;
+        let count = taken.len();
         let mut by_key: BTreeMap<Uuid, Vec<(Uuid, QueuedFragment)>> = BTreeMap::new();
-        for item in &taken {
-            if let Some(fragment) = &item.fragment {
+        for item in taken {
+            if let Some(fragment) = item.fragment {
                 by_key
                     .entry(fragment.key_id)
                     .or_default()
-                    .push((item.fragment_id, fragment.clone()));
+                    .push((item.fragment_id, fragment));
             }
         }
         let mut edges: Vec<Edge> = Vec::new();
@@ -206,8 +195,8 @@ impl AutoLinker {
         let key_ids: Vec<Uuid> = by_key.into_keys().collect();
         links::upsert_edges(&tx, &key_ids, &edges).await?;
         tx.commit().await?;
-        QUEUE.2.inc_by(taken.len() as u64);
-        Ok(taken.len())
+        QUEUE.2.inc_by(count as u64);
+        Ok(count)
     }
 
     /// The automatic links of `queued`, new fragments of one key.

@@ -4,6 +4,8 @@
 //!
 //! Layout:
 //! - [`api_key`]: the API key format, generation and verification.
+//! - [`batch_size`]: batch sizes of background workers that halve after a
+//!   batch ran out of time and grow back after successes.
 //! - [`breaker`]: circuit breakers of outside services (a shared one, and a
 //!   single-probe one kept per tenant and dependency).
 //! - [`net`]: which addresses are public (the SSRF guards' rule).
@@ -28,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api_key;
+pub mod batch_size;
 pub mod breaker;
 pub mod claims;
 pub mod contradiction;
