@@ -13,3 +13,6 @@ CREATE EXTENSION IF NOT EXISTS btree_gin;
 -- security (migrations/V23__text_search_under_row_security.sql).
 ALTER FUNCTION pg_catalog.ts_match_vq(tsvector, tsquery) LEAKPROOF;
 ALTER FUNCTION pg_catalog.arrayoverlap(anyarray, anyarray) LEAKPROOF;
+-- Per-statement figures for operators (`SELECT … FROM pg_stat_statements`);
+-- compose.yaml preloads the library.
+CREATE EXTENSION IF NOT EXISTS pg_stat_statements;

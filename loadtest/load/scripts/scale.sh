@@ -150,7 +150,23 @@ build_index() {
                       WHERE c.relname LIKE 'fragments_p%embedding%' AND pg_relation_size(c.oid) > 1000000"
 }
 
+# Recall reads its partitions' heap and indexes on every call; measured
+# with them larger than shared_buffers, much of PostgreSQL's time is copying
+# pages from the kernel's cache (docs/BENCHMARKS.md, "Where recall spends its
+# time"). Say so rather than report a figure of the server's configuration.
+check_buffers() {
+    local buffers data
+    buffers="$(psql_admin -Atc "SELECT pg_size_bytes(current_setting('shared_buffers'))")"
+    data="$(psql_admin -Atc "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+                              WHERE c.relname ~ '^fragments_p[0-9]+$'")"
+    if ((buffers < data)); then
+        note "warning: shared_buffers ($((buffers >> 20)) MB) is smaller than the fragments' partitions and indexes ($((data >> 20)) MB);"
+        note "  for figures comparable to docs/BENCHMARKS.md: ALTER SYSTEM SET shared_buffers = '4GB', then restart PostgreSQL"
+    fi
+}
+
 measure() {
+    check_buffers
     start_stack
     for name in small large; do
         for clients in 20 1; do
