@@ -13,9 +13,10 @@
 //!   read once per `MNEME_RECALL_TERM_SAMPLE_TTL_SECS` and process, and each
 //!   lexeme's document count scaled to the whole key set;
 //! - the filter keeps the rarest terms while their estimated matches fit
-//!   `MNEME_RECALL_FULLTEXT_READ_BUDGET` rows, and ranking still uses every
-//!   term. When even the rarest term is over the budget, the filter asks for
-//!   every term at once instead.
+//!   `MNEME_RECALL_FULLTEXT_READ_BUDGET` rows; ranking still uses every
+//!   term. When no term the sample has seen fits on its own, the filter
+//!   also asks for the rarest seen terms all together: as few of them as
+//!   are expected (taking terms as independent) to fit the budget.
 //!
 //! Key sets whose whole size fits the budget are never narrowed, so small
 //! tenants (and every retrieval benchmark) search exactly as before. The
@@ -44,7 +45,7 @@ static QUERIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
         IntCounterVec::new(
             Opts::new(
                 "mneme_recall_fulltext_queries_total",
-                "Full-text layer queries by how they match: any term, only the rarer terms (narrowed), or all terms.",
+                "Full-text layer queries by how they match: any term, only the rarer terms (narrowed), or the rarest terms all together (all).",
             ),
             &["match"],
         )
@@ -59,7 +60,8 @@ pub(crate) enum Match {
     Any,
     /// Any of the rarer terms; the common ones only rank.
     Narrowed,
-    /// Every term (all of them are common).
+    /// The rarest terms all together, as few as are expected to fit the
+    /// budget (every term alone is common).
     All,
 }
 
@@ -161,7 +163,7 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
     by_cost.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)));
     let mut kept: Vec<&String> = Vec::new();
     let mut reads = 0;
-    for (lexeme, cost) in by_cost {
+    for &(lexeme, cost) in &by_cost {
         if reads + cost > budget {
             break;
         }
@@ -169,12 +171,52 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
         kept.push(lexeme);
     }
     if kept.len() == lexemes.len() {
-        query(None, Match::Any)
-    } else if kept.is_empty() {
-        query(all_of(lexemes), Match::All)
-    } else {
-        query(any_of(&kept), Match::Narrowed)
+        return query(None, Match::Any);
     }
+    // Terms the sample never saw look rarest of all, but most are in no
+    // memory at all (a word of the question, another language): a filter
+    // of only those matched nothing for a fifth of the recalls on a
+    // 100,000-memory key set. The rarest terms that do occur, together,
+    // join them.
+    let seen = |lexeme: &String| sample.counts.get(lexeme).is_some_and(|&count| count > 0);
+    if kept.iter().any(|lexeme| seen(lexeme)) {
+        return query(any_of(&kept), Match::Narrowed);
+    }
+    let occurring: Vec<(&String, i64)> = by_cost
+        .iter()
+        .copied()
+        .filter(|(lexeme, _)| seen(lexeme))
+        .collect();
+    let together = all_of(&rarest_together(
+        &occurring,
+        sample.total,
+        (budget - reads).max(1),
+    ));
+    match (any_of(&kept), together) {
+        (None, together) => query(together, Match::All),
+        (Some(unseen), Some(together)) => {
+            query(Some(format!("{unseen} | ({together})")), Match::Narrowed)
+        }
+        (Some(unseen), None) => query(Some(unseen), Match::Narrowed),
+    }
+}
+
+/// The fewest of the rarest terms (`by_cost`, rarest first, each alone over
+/// `budget`) whose expected joint matches fit the budget, taking terms as
+/// independent; every term when even all of them together do not fit.
+/// Requiring every query term instead left a fifth of the recalls on a
+/// 100,000-memory key set without any full-text match (docs/BENCHMARKS.md).
+fn rarest_together<'a>(by_cost: &[(&'a String, i64)], total: i64, budget: i64) -> Vec<&'a String> {
+    let mut together = Vec::new();
+    let mut expected = total as f64;
+    for &(lexeme, cost) in by_cost {
+        together.push(lexeme);
+        expected *= cost as f64 / total as f64;
+        if expected <= budget as f64 {
+            break;
+        }
+    }
+    together
 }
 
 #[cfg(test)]
@@ -225,12 +267,49 @@ mod tests {
     }
 
     #[test]
-    fn when_every_term_is_common_all_of_them_must_match() {
-        let large = sample(100_000, 2_000, &[("api", 800), ("payment", 200)]);
-        let query = planned(&["api", "payment"], &large, 5_000);
-        assert_eq!(query.filter, "'api' & 'payment'");
+    fn when_every_term_is_common_the_rarest_must_match_together() {
+        // ~10,000 "payment", ~20,000 "refund", ~40,000 "api": payment and
+        // refund together are expected in ~2,000 memories, within the
+        // budget, so "api" is not required (it still ranks).
+        let large = sample(
+            100_000,
+            2_000,
+            &[("api", 800), ("payment", 200), ("refund", 400)],
+        );
+        let query = planned(&["api", "payment", "refund"], &large, 5_000);
+        assert_eq!(query.filter, "'payment' & 'refund'");
         assert_eq!(query.matching, Match::All);
-        assert_eq!(query.rank, "'api' | 'payment'");
+        assert_eq!(query.rank, "'api' | 'payment' | 'refund'");
+        // Just outside: with a budget under ~2,000, "api" is required too.
+        let query = planned(&["api", "payment", "refund"], &large, 1_999);
+        assert_eq!(query.filter, "'payment' & 'refund' & 'api'");
+    }
+
+    #[test]
+    fn when_all_terms_together_exceed_the_budget_every_one_is_required() {
+        let large = sample(100_000, 2_000, &[("api", 1_800), ("payment", 1_600)]);
+        let query = planned(&["api", "payment"], &large, 5_000);
+        assert_eq!(query.filter, "'payment' & 'api'");
+        assert_eq!(query.matching, Match::All);
+    }
+
+    #[test]
+    fn terms_the_sample_never_saw_do_not_make_up_the_whole_filter() {
+        // "zebra" and "quagga" were never sampled (maybe in no memory at
+        // all); "payment" (~10,000) and "refund" (~20,000) are too common
+        // alone but expected together in ~2,000 memories.
+        let large = sample(100_000, 2_000, &[("payment", 200), ("refund", 400)]);
+        let query = planned(&["payment", "quagga", "refund", "zebra"], &large, 5_000);
+        assert_eq!(query.filter, "'quagga' | 'zebra' | ('payment' & 'refund')");
+        assert_eq!(query.matching, Match::Narrowed);
+        // A rare term that occurs is enough on its own.
+        let large = sample(
+            100_000,
+            2_000,
+            &[("payment", 200), ("refund", 400), ("rollback", 30)],
+        );
+        let query = planned(&["payment", "refund", "rollback", "zebra"], &large, 5_000);
+        assert_eq!(query.filter, "'zebra' | 'rollback'");
     }
 
     #[test]

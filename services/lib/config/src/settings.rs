@@ -169,7 +169,7 @@ settings! {
         RECALL_CANDIDATES = "MNEME_RECALL_CANDIDATES", Some("30"),
             "Candidates each search layer (vector, full-text, keyword) contributes to the fusion.";
         RECALL_FULLTEXT_READ_BUDGET = "MNEME_RECALL_FULLTEXT_READ_BUDGET", Some("5000"),
-            "Rows the full-text layer may expect to read per recall. On key sets larger than this, query terms so common that matching them would exceed it are left out of the match (they still rank the matches); when every term is that common, matches must contain all of them. 0 always matches any term.";
+            "Rows the full-text layer may expect to read per recall. On key sets larger than this, query terms so common that matching them would exceed it are left out of the match (they still rank the matches); when every term is that common, matches must contain the rarest terms together, as few of them as are expected to fit. 0 always matches any term.";
         RECALL_TERM_SAMPLE_SIZE = "MNEME_RECALL_TERM_SAMPLE_SIZE", Some("2000"),
             "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET`).";
         RECALL_TERM_SAMPLE_TTL_SECS = "MNEME_RECALL_TERM_SAMPLE_TTL_SECS", Some("600"),
