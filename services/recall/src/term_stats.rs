@@ -193,6 +193,8 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
         (budget - reads).max(1),
     ));
     match (any_of(&kept), together) {
+        // No term fits and none occurs: nothing narrows the match.
+        (None, None) => query(None, Match::Any),
         (None, together) => query(together, Match::All),
         (Some(unseen), Some(together)) => {
             query(Some(format!("{unseen} | ({together})")), Match::Narrowed)
@@ -302,6 +304,11 @@ mod tests {
         let query = planned(&["payment", "quagga", "refund", "zebra"], &large, 5_000);
         assert_eq!(query.filter, "'quagga' | 'zebra' | ('payment' & 'refund')");
         assert_eq!(query.matching, Match::Narrowed);
+        // A sample too small to see any of them narrows nothing.
+        let coarse = sample(1_000_000, 100, &[]);
+        let query = planned(&["quagga", "zebra"], &coarse, 5_000);
+        assert_eq!(query.matching, Match::Any);
+        assert_eq!(query.filter, query.rank);
         // A rare term that occurs is enough on its own.
         let large = sample(
             100_000,
