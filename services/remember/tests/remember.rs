@@ -305,6 +305,15 @@ mod write_path {
             tx.query_one(sql, &[]).await.unwrap().get(0)
         }
 
+        /// Memories with at least one temporal link of their own.
+        async fn memories_linked_in_time(&self) -> i64 {
+            self.scalar(
+                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
+                  WHERE relation_type = 'temporal'",
+            )
+            .await
+        }
+
         /// Polls the count `sql` until `done` holds (automatic links follow
         /// the acknowledgement); fails with `what` after ten seconds.
         async fn wait_until(&self, sql: &str, done: impl Fn(i64) -> bool, what: &str) {
@@ -468,11 +477,7 @@ mod write_path {
         )
         .await;
         assert_eq!(
-            h.scalar(
-                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
-                  WHERE relation_type = 'temporal'"
-            )
-            .await,
+            h.memories_linked_in_time().await,
             10,
             "all ten new memories were linked to their neighbours in time"
         );
@@ -778,14 +783,7 @@ mod write_path {
             "the timed-out batch was not retried",
         )
         .await;
-        assert_eq!(
-            h.scalar(
-                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
-                  WHERE relation_type = 'temporal'"
-            )
-            .await,
-            4
-        );
+        assert_eq!(h.memories_linked_in_time().await, 4);
     }
 
     /// Fragments a process queued for automatic links but never drained
