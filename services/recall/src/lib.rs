@@ -25,7 +25,8 @@
 //! 3. the graph layer adds fragments one link away from the best hits;
 //! 4. the layers are fused by id (`MNEME_RECALL_FUSION`: normalised scores,
 //!    or Reciprocal Rank Fusion);
-//! 5. the final score blends fused relevance with importance and recency;
+//! 5. the final score blends fused relevance (discounted for a memory in
+//!    another script than the query) with importance and recency;
 //! 6. an optional external cross-encoder (`rerank`) reorders the best
 //!    results, and its order is final;
 //! 7. a page is cut by limit and token budget, then enriched;
@@ -268,6 +269,7 @@ impl RecallServer {
             &found.candidates,
             &self.settings.weights,
             query.threshold,
+            rank::ScriptPrior::of_query(query.text.as_deref(), self.settings.other_script_discount),
             query.snapshot,
         );
         if let (Some(reranker), Some(text)) = (&self.reranker, &query.text) {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use mneme_core::scoring::{Layer, ScoreWeights, final_score};
+use mneme_core::text::{Script, text_script};
 use mneme_proto::v1::{Hint, RecalledFragment};
 use mneme_store::fragments::Fragment;
 use uuid::Uuid;
@@ -99,6 +100,38 @@ pub(crate) fn plain(row: Fragment) -> RecalledFragment {
     view(row, &Candidate::default(), importance)
 }
 
+/// A query's preference for memories written like it: a memory in another
+/// script than the query ([`text_script`]) keeps `1 − discount` of its
+/// relevance.
+/// A user asking in Korean wants the Korean note before an equally close
+/// English one, yet a multilingual embedding puts the two within a hair
+/// of each other; a memory in another script still ranks where nothing
+/// in the query's script comes close.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ScriptPrior {
+    script: Script,
+    discount: f64,
+}
+
+impl ScriptPrior {
+    /// `None` when the query has no words or the discount is 0.
+    pub(crate) fn of_query(text: Option<&str>, discount: f64) -> Option<Self> {
+        if discount <= 0.0 {
+            return None;
+        }
+        let script = text_script(text?)?;
+        Some(Self { script, discount })
+    }
+
+    /// What a memory with `content` keeps of its relevance.
+    pub(crate) fn factor(&self, content: &str) -> f64 {
+        match text_script(content) {
+            Some(script) if script != self.script => 1.0 - self.discount,
+            _ => 1.0,
+        }
+    }
+}
+
 /// Scores candidates (relevance, importance, recency), best first; drops
 /// those below the similarity `threshold` (fragments without a similarity
 /// stay).
@@ -107,6 +140,7 @@ pub(crate) fn rank(
     candidates: &HashMap<Uuid, Candidate>,
     weights: &ScoreWeights,
     threshold: Option<f32>,
+    script_prior: Option<ScriptPrior>,
     now: DateTime<Utc>,
 ) -> Vec<RecalledFragment> {
     let mut ranked: Vec<RecalledFragment> = rows
@@ -119,8 +153,9 @@ pub(crate) fn rank(
                 return None;
             }
             let age_days = (now - row.created_at).num_seconds() as f64 / 86_400.0;
+            let script_factor = script_prior.map_or(1.0, |prior| prior.factor(&row.content));
             let score = final_score(
-                candidate.relevance,
+                candidate.relevance * script_factor,
                 f64::from(row.importance),
                 age_days,
                 weights,
@@ -269,5 +304,78 @@ mod tests {
             .map(|h| h.signal)
             .collect();
         assert_eq!(signals, vec!["stale_results", "consider_context"]);
+    }
+
+    fn row(id: u128, content: &str, now: DateTime<Utc>) -> Fragment {
+        Fragment {
+            id: Uuid::from_u128(id),
+            key_id: Uuid::nil(),
+            agent_id: "default".into(),
+            session_id: None,
+            workspace: None,
+            content: content.into(),
+            topic: "postgres".into(),
+            keywords: Vec::new(),
+            fragment_type: "fact".into(),
+            importance: 0.5,
+            ttl_tier: "warm".into(),
+            is_anchor: false,
+            source: None,
+            context_summary: None,
+            case_id: None,
+            goal: None,
+            outcome: None,
+            phase: None,
+            resolution_status: None,
+            assertion_status: "observed".into(),
+            affect: "neutral".into(),
+            access_count: 0,
+            accessed_at: None,
+            ema_activation: 0.0,
+            estimated_tokens: 10,
+            occurred_at: None,
+            valid_to: None,
+            created_at: now,
+            embedded: true,
+        }
+    }
+
+    #[test]
+    fn a_memory_in_the_query_script_outranks_an_equally_relevant_one_in_another() {
+        let now = Utc::now();
+        let rows = || {
+            vec![
+                row(1, "Connect with psql and run the check procedure", now),
+                row(2, "psql 로 접속해 점검 절차를 수행한다", now),
+            ]
+        };
+        let candidate = Candidate {
+            relevance: 0.9,
+            ..Candidate::default()
+        };
+        let candidates: HashMap<Uuid, Candidate> =
+            rows().iter().map(|r| (r.id, candidate.clone())).collect();
+        let weights = ScoreWeights::default();
+        let order = |prior: Option<ScriptPrior>| -> Vec<String> {
+            rank(rows(), &candidates, &weights, None, prior, now)
+                .into_iter()
+                .map(|f| f.id)
+                .collect()
+        };
+        let (english, korean) = (
+            Uuid::from_u128(1).to_string(),
+            Uuid::from_u128(2).to_string(),
+        );
+        // Equal scores fall back to the id order.
+        assert_eq!(order(None), vec![english.clone(), korean.clone()]);
+        let asked_in_korean = ScriptPrior::of_query(Some("postgres 접속 절차"), 0.1);
+        assert_eq!(
+            order(asked_in_korean),
+            vec![korean.clone(), english.clone()]
+        );
+        let asked_in_english = ScriptPrior::of_query(Some("postgres connect procedure"), 0.1);
+        assert_eq!(order(asked_in_english), vec![english, korean]);
+        assert_eq!(ScriptPrior::of_query(Some("postgres 접속"), 0.0), None);
+        assert_eq!(ScriptPrior::of_query(None, 0.1), None);
     }
 }

@@ -21,7 +21,9 @@
 //! `relevance = σ(bias + Σ wᵢ · evidenceᵢ)`, a logistic model whose
 //! parameters were fitted per model on judged query–memory pairs
 //! (docs/SURFACING.md gives the data and the fit), so the relevance is an
-//! estimate of the probability that the memory is relevant.
+//! estimate of the probability that the memory is relevant. A memory in
+//! another script than the query keeps `1 − discount` of it
+//! ([`ScriptPrior`], as in recall).
 //!
 //! Candidates come from the vector and full-text layers of recall (the
 //! keyword and graph layers add nothing a lone query can use); demoted and
@@ -40,6 +42,7 @@ use pgvector::Vector;
 use uuid::Uuid;
 
 use crate::RecallServer;
+use crate::rank::ScriptPrior;
 
 /// Candidates each layer contributes before scoring.
 const PER_LAYER: i64 = 20;
@@ -281,6 +284,7 @@ impl RecallServer {
         let demoted_count = demoted.len();
 
         let min_relevance = request.min_relevance.clamp(0.0, 1.0);
+        let script_prior = ScriptPrior::of_query(Some(query), self.settings.other_script_discount);
         let lexical: Vec<f32> = rows
             .iter()
             .map(|row| {
@@ -309,9 +313,10 @@ impl RecallServer {
                         - median_or(others(&lexical, index).copied().collect(), 0.0),
                 };
                 let lexical = lexical_share;
+                let script_factor = script_prior.map_or(1.0, |prior| prior.factor(&row.content));
                 SurfaceCandidate {
                     id: row.id.to_string(),
-                    relevance: calibration.relevance(&evidence),
+                    relevance: calibration.relevance(&evidence) * script_factor as f32,
                     similarity,
                     lexical,
                     similarity_margin: evidence.similarity_margin,

@@ -657,6 +657,8 @@ pub struct RecallConfig {
     pub keyword_weight: f64,
     pub graph_weight: f64,
     pub graph_seeds: usize,
+    /// Share of relevance lost by a memory in another script than the query.
+    pub other_script_discount: f64,
     pub track_access: bool,
     pub access_flush: Duration,
     pub co_retrieval_links: bool,
@@ -1144,6 +1146,7 @@ impl Config {
             keyword_weight: r.value(settings::RECALL_KEYWORD_WEIGHT),
             graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),
+            other_script_discount: r.value(settings::RECALL_OTHER_SCRIPT_DISCOUNT),
             track_access: r.flag(settings::RECALL_TRACK_ACCESS),
             access_flush: Duration::from_millis(r.positive(settings::RECALL_ACCESS_FLUSH_MS) as u64),
             co_retrieval_links: r.flag(settings::RECALL_CO_RETRIEVAL_LINKS),
@@ -1192,6 +1195,12 @@ impl Config {
             r.problem(format!(
                 "{} must be between 0 and 1",
                 settings::QUERY_EXPANSION_QUERY_WEIGHT.name
+            ));
+        }
+        if !(0.0..=1.0).contains(&recall.other_script_discount) {
+            r.problem(format!(
+                "{} must be between 0 and 1",
+                settings::RECALL_OTHER_SCRIPT_DISCOUNT.name
             ));
         }
         if !(0.0..=1.0).contains(&recall.spreading_activation_step) {

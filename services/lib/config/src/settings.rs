@@ -196,6 +196,8 @@ settings! {
             "Weight of the vector (semantic) layer in the fusion; 0 turns the layer off.";
         RECALL_FULLTEXT_WEIGHT = "MNEME_RECALL_FULLTEXT_WEIGHT", Some("1.0"),
             "Weight of the full-text layer in the fusion; 0 turns the layer off.";
+        RECALL_OTHER_SCRIPT_DISCOUNT = "MNEME_RECALL_OTHER_SCRIPT_DISCOUNT", Some("0.1"),
+            "Share of its relevance (in recall and in surfacing) a memory loses when it is written in another script than the query (Hangul or Han/kana when at least an eighth of a text's words are, else an alphabet): a question asked in Korean prefers the Korean note to an equally close English one. 0 turns it off.";
         RECALL_FULLTEXT_TOPIC_WEIGHT = "MNEME_RECALL_FULLTEXT_TOPIC_WEIGHT", Some("10"),
             "How much a query term found in a memory's topic counts in full-text ranking, against 1 for a term found in its content: the topic names what a memory is about, a word in its text may be in passing. 1 counts both alike. Applies to stored memories at once (each part of a memory is indexed with its own label).";
         RECALL_FULLTEXT_KEYWORD_WEIGHT = "MNEME_RECALL_FULLTEXT_KEYWORD_WEIGHT", Some("1"),

@@ -637,6 +637,55 @@ pub fn weighted_len(text: &str) -> usize {
         .sum()
 }
 
+/// The writing system a text is written in: a stand-in for its language
+/// that needs no model and works on a few words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Script {
+    Hangul,
+    /// Han ideographs and kana.
+    Cjk,
+    /// Latin and the other alphabets (Cyrillic, Greek, …).
+    Alphabetic,
+}
+
+/// Share of a text's words that mark it as Hangul or Han/kana text.
+/// Latin-script words (names, commands, identifiers) turn up in technical
+/// writing in every language: a Korean question is often mostly English
+/// terms (`Redis maxmemory-policy allkeys-lru eviction 정책`), while
+/// Hangul in English text is rare (a name). So a modest share of words in
+/// those scripts decides, and an alphabet wins only without them.
+const MARKED_SCRIPT_SHARE: f64 = 0.125;
+
+/// The script `text` is written in, counting words (runs of one script), not
+/// letters: Hangul or Han/kana when at least [`MARKED_SCRIPT_SHARE`] of its
+/// words are (the more frequent of the two if both), else alphabetic.
+/// Digit-only words do not count; `None` for a text without words.
+pub fn text_script(text: &str) -> Option<Script> {
+    let (mut hangul, mut cjk, mut alphabetic) = (0usize, 0usize, 0usize);
+    for run in runs(text) {
+        match run.class {
+            CharClass::Hangul => hangul += 1,
+            CharClass::Cjk => cjk += 1,
+            CharClass::Word if run.text.chars().any(char::is_alphabetic) => alphabetic += 1,
+            _ => {}
+        }
+    }
+    let words = hangul + cjk + alphabetic;
+    if words == 0 {
+        return None;
+    }
+    let (marked, script) = if hangul >= cjk {
+        (hangul, Script::Hangul)
+    } else {
+        (cjk, Script::Cjk)
+    };
+    if marked as f64 >= MARKED_SCRIPT_SHARE * words as f64 {
+        Some(script)
+    } else {
+        Some(Script::Alphabetic)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -766,5 +815,20 @@ mod tests {
         assert_eq!(estimate_tokens("abcdefgh"), 2);
         assert_eq!(estimate_tokens("커피"), 2);
         assert_eq!(weighted_len("커피 a"), 6);
+    }
+
+    #[test]
+    fn a_few_hangul_or_han_words_mark_the_script_of_a_text() {
+        let korean = "Redis maxmemory-policy allkeys-lru eviction 정책";
+        assert_eq!(text_script(korean), Some(Script::Hangul));
+        assert_eq!(text_script("postgres 접속"), Some(Script::Hangul));
+        // One Hangul word in nine is under the share; one in eight is not.
+        let name = "Ask 김철수 about the connection pool before the load";
+        assert_eq!(text_script(name), Some(Script::Alphabetic));
+        let name = "Ask 김철수 about the connection pool before load";
+        assert_eq!(text_script(name), Some(Script::Hangul));
+        assert_eq!(text_script("東京 天気 予報 and 날씨"), Some(Script::Cjk));
+        assert_eq!(text_script("2026-12-06 !"), None);
+        assert_eq!(text_script(""), None);
     }
 }
