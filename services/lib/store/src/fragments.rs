@@ -514,7 +514,9 @@ fn hits(rows: Vec<Row>) -> Vec<Hit> {
 /// Iterative index scans keep reading the HNSW graph until `limit` rows pass
 /// the tenant, key and scope filters, so small tenants in a shared partition
 /// still get full results; `relaxed_order` trades exact ordering inside the
-/// scan for speed and the caller re-sorts by score.
+/// scan for speed and the caller re-sorts by score. The graph orders by the
+/// half-precision vectors it holds (migrations/V28); the similarity
+/// returned is the full-precision one.
 pub async fn vector_search(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
@@ -535,7 +537,7 @@ pub async fn vector_search(
                 "SELECT id, (1 - (embedding <=> $19))::real AS similarity
                    FROM mneme.fragments f
                   WHERE {SCOPE} AND embedding IS NOT NULL AND embedding_model = $20
-                  ORDER BY embedding <=> $19
+                  ORDER BY embedding::halfvec(384) <=> $19::vector(384)::halfvec(384)
                   LIMIT $21"
             ),
             &scope.params(&tx.tenant_id(), &[embedding, &model, &limit]),

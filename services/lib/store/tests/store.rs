@@ -743,6 +743,58 @@ async fn embedding_queue_hands_each_row_to_one_worker_and_vectors_are_searchable
     assert!(other_model.is_empty());
 }
 
+/// The vector layer's ordering is the expression the HNSW graphs index
+/// (migrations/V28: half-precision copies of the vectors), so a search can
+/// walk the graph instead of sorting the partition. With scans and sorts of
+/// the whole partition priced out, as they are for a large tenant, the
+/// search scans an HNSW index: an ordering the index cannot serve would
+/// sort instead.
+#[tokio::test]
+async fn vector_search_walks_the_hnsw_graph() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "graph", ALL_PERMISSIONS).await;
+    let ids = [
+        remember(&store, &t, "The first vector points along one axis.").await,
+        remember(&store, &t, "The second vector points along another.").await,
+    ];
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let vectors: Vec<Vector> = (0..2)
+        .map(|axis| {
+            let mut unit = vec![0.0f32; 384];
+            unit[axis] = 1.0;
+            Vector::from(unit)
+        })
+        .collect();
+    fragments::store_embeddings(&tx, "test-model", 1, &ids, &vectors)
+        .await
+        .unwrap();
+    tx.batch_execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off")
+        .await
+        .unwrap();
+    let keys = [t.key_id];
+    let hits = fragments::vector_search(&tx, &scope(&keys), &vectors[1], "test-model", 40, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.id).collect::<Vec<_>>(),
+        vec![ids[1], ids[0]]
+    );
+    assert!((hits[0].score - 1.0).abs() < 1e-5 && hits[1].score.abs() < 1e-5);
+    let graph_scans: i64 = tx
+        .query_one(
+            "SELECT coalesce(sum(pg_stat_get_xact_numscans(c.oid)), 0)::bigint
+               FROM pg_class c JOIN pg_am am ON am.oid = c.relam
+              WHERE am.amname = 'hnsw' AND c.relnamespace = 'mneme'::regnamespace",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(graph_scans, 1, "the search did not scan an HNSW graph");
+}
+
 #[tokio::test]
 async fn key_groups_share_reading_between_their_members_only() {
     let db = TestDatabase::create().await;
