@@ -301,40 +301,16 @@ impl RecallServer {
 
 #[cfg(test)]
 mod tests {
+    use mneme_test_support::stored_fragment;
+
     use super::*;
 
     fn fragment(fragment_type: &str, importance: f32) -> Fragment {
-        Fragment {
-            id: Uuid::new_v4(),
-            key_id: Uuid::nil(),
-            agent_id: "default".into(),
-            session_id: None,
-            workspace: None,
-            content: format!("{fragment_type} {importance}"),
-            topic: "t".into(),
-            keywords: vec![],
-            fragment_type: fragment_type.into(),
+        stored_fragment(
+            &format!("{fragment_type} {importance}"),
+            fragment_type,
             importance,
-            ttl_tier: "warm".into(),
-            is_anchor: false,
-            source: None,
-            context_summary: None,
-            case_id: None,
-            goal: None,
-            outcome: None,
-            phase: None,
-            resolution_status: None,
-            assertion_status: "observed".into(),
-            affect: "neutral".into(),
-            access_count: 0,
-            accessed_at: None,
-            ema_activation: 0.0,
-            estimated_tokens: 10,
-            occurred_at: None,
-            valid_to: None,
-            created_at: Utc::now(),
-            embedded: true,
-        }
+        )
     }
 
     #[test]

@@ -251,6 +251,8 @@ pub(crate) fn hints(
 
 #[cfg(test)]
 mod tests {
+    use mneme_test_support::stored_fragment;
+
     use super::*;
 
     fn fragment(tokens: u32, score: f64) -> RecalledFragment {
@@ -309,34 +311,8 @@ mod tests {
     fn row(id: u128, content: &str, now: DateTime<Utc>) -> Fragment {
         Fragment {
             id: Uuid::from_u128(id),
-            key_id: Uuid::nil(),
-            agent_id: "default".into(),
-            session_id: None,
-            workspace: None,
-            content: content.into(),
-            topic: "postgres".into(),
-            keywords: Vec::new(),
-            fragment_type: "fact".into(),
-            importance: 0.5,
-            ttl_tier: "warm".into(),
-            is_anchor: false,
-            source: None,
-            context_summary: None,
-            case_id: None,
-            goal: None,
-            outcome: None,
-            phase: None,
-            resolution_status: None,
-            assertion_status: "observed".into(),
-            affect: "neutral".into(),
-            access_count: 0,
-            accessed_at: None,
-            ema_activation: 0.0,
-            estimated_tokens: 10,
-            occurred_at: None,
-            valid_to: None,
             created_at: now,
-            embedded: true,
+            ..stored_fragment(content, "fact", 0.5)
         }
     }
 

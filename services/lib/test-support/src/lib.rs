@@ -5,6 +5,8 @@
 //!   cloned from a template that is migrated once per schema version.
 //! - [`TestRedis`]: a unique key prefix per test on the shared Redis.
 //! - [`Fixture`]: a database plus Redis, with helpers for tenants and keys.
+//! - [`stored_fragment`]: a fragment as a search loads it, for tests of the
+//!   pure steps that rank, slot or explain search results.
 //!
 //! Tests need `MNEME_TEST_DATABASE_URL` (a role that may create databases)
 //! and `MNEME_TEST_REDIS_URL`; `./deploy/local/test.sh` sets both. A missing
@@ -332,4 +334,44 @@ pub async fn create_user(
         .await
         .expect("create test user");
     tx.commit().await.expect("commit test user");
+}
+
+/// A fragment as a search loads it, created now, with the defaults a plain
+/// `remember` gives (agent `default`, tier `warm`, embedded, 10 tokens).
+pub fn stored_fragment(
+    content: &str,
+    fragment_type: &str,
+    importance: f32,
+) -> mneme_store::fragments::Fragment {
+    mneme_store::fragments::Fragment {
+        id: Uuid::new_v4(),
+        key_id: Uuid::nil(),
+        agent_id: "default".into(),
+        session_id: None,
+        workspace: None,
+        content: content.into(),
+        topic: "t".into(),
+        keywords: Vec::new(),
+        fragment_type: fragment_type.into(),
+        importance,
+        ttl_tier: "warm".into(),
+        is_anchor: false,
+        source: None,
+        context_summary: None,
+        case_id: None,
+        goal: None,
+        outcome: None,
+        phase: None,
+        resolution_status: None,
+        assertion_status: "observed".into(),
+        affect: "neutral".into(),
+        access_count: 0,
+        accessed_at: None,
+        ema_activation: 0.0,
+        estimated_tokens: 10,
+        occurred_at: None,
+        valid_to: None,
+        created_at: chrono::Utc::now(),
+        embedded: true,
+    }
 }
