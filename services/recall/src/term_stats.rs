@@ -187,19 +187,18 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
         .copied()
         .filter(|(lexeme, _)| seen(lexeme))
         .collect();
-    let together = all_of(&rarest_together(
+    let Some(together) = all_of(&rarest_together(
         &occurring,
         sample.total,
         (budget - reads).max(1),
-    ));
-    match (any_of(&kept), together) {
-        // No term fits and none occurs: nothing narrows the match.
-        (None, None) => query(None, Match::Any),
-        (None, together) => query(together, Match::All),
-        (Some(unseen), Some(together)) => {
-            query(Some(format!("{unseen} | ({together})")), Match::Narrowed)
-        }
-        (Some(unseen), None) => query(Some(unseen), Match::Narrowed),
+    )) else {
+        // The sample saw none of the terms, so it cannot tell which of them
+        // would narrow the match: any of them matches.
+        return query(None, Match::Any);
+    };
+    match any_of(&kept) {
+        None => query(Some(together), Match::All),
+        Some(unseen) => query(Some(format!("{unseen} | ({together})")), Match::Narrowed),
     }
 }
 
@@ -304,9 +303,14 @@ mod tests {
         let query = planned(&["payment", "quagga", "refund", "zebra"], &large, 5_000);
         assert_eq!(query.filter, "'quagga' | 'zebra' | ('payment' & 'refund')");
         assert_eq!(query.matching, Match::Narrowed);
-        // A sample too small to see any of them narrows nothing.
+        // A sample too small to see any of them narrows nothing, whether
+        // none of the unseen terms fits the budget or only some do.
         let coarse = sample(1_000_000, 100, &[]);
         let query = planned(&["quagga", "zebra"], &coarse, 5_000);
+        assert_eq!(query.matching, Match::Any);
+        assert_eq!(query.filter, query.rank);
+        let coarse = sample(100_000, 50, &[]);
+        let query = planned(&["okapi", "quagga", "zebra"], &coarse, 5_000);
         assert_eq!(query.matching, Match::Any);
         assert_eq!(query.filter, query.rank);
         // A rare term that occurs is enough on its own.
