@@ -90,7 +90,9 @@ pub async fn append_many(tx: &TenantTx<'_>, events: &[NewEvent<'_>]) -> Result<V
         .map(|e| serde_json::Value::from(e.entity_keys.to_vec()))
         .collect();
     let sources: Vec<Option<Uuid>> = events.iter().map(|e| e.source_fragment_id).collect();
-    tx.execute(
+    // Every event and its evidence reference a fragment: a foreign-key
+    // check per row (`query_with_generic_plans` says why generic).
+    tx.query_with_generic_plans(
         "WITH input AS (
               SELECT t.*, lag(t.id) OVER (PARTITION BY t.case_id ORDER BY t.ord) AS earlier
                 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],

@@ -625,6 +625,49 @@ impl<'a> TenantTx<'a> {
         })
     }
 
+    /// Runs `sql` with generic plans for itself and for the foreign-key
+    /// checks its rows fire, and forgets those plans afterwards: for bulk
+    /// writes of rows that reference `fragments` (links, case evidence).
+    ///
+    /// Each such check is `tenant_id = <tenant> AND id = <id>` on the
+    /// partitioned `fragments`. Planned per row like every statement of the
+    /// connection (`force_custom_plan`), it costs five times as much, and it
+    /// estimates the tenant's rows from the partition's statistics: a tenant
+    /// written since the partition's last ANALYZE is expected to have none,
+    /// so every index that starts with `tenant_id` looks as cheap as the
+    /// primary key, and the one picked walks all the tenant's rows of the
+    /// partition to find one id, for every row written. A generic plan
+    /// counts any tenant as the partition's average and takes the primary
+    /// key. PostgreSQL would keep that generic plan for the session; made
+    /// while the partition was nearly empty and never analysed it has the
+    /// same flaw, and on a fresh database it outlived the first minute of an
+    /// import, timing link upserts out (docs/BENCHMARKS.md). `DISCARD PLANS`
+    /// makes each statement plan its checks afresh; the connection's other
+    /// statements lose nothing, as they are planned per execution anyway.
+    #[track_caller]
+    pub fn query_with_generic_plans<'b>(
+        &'b self,
+        sql: &'b str,
+        params: &'b [&'b (dyn ToSql + Sync)],
+    ) -> impl Future<Output = std::result::Result<Vec<Row>, tokio_postgres::Error>> + Send + 'b
+    {
+        let site = Location::caller();
+        async move {
+            self.tx
+                .batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                .await?;
+            let rows = instrument::statement(site, async {
+                let statement = self.statement(sql).await?;
+                self.tx.query(&statement, params).await
+            })
+            .await?;
+            self.tx
+                .batch_execute("SET LOCAL plan_cache_mode TO DEFAULT; DISCARD PLANS")
+                .await?;
+            Ok(rows)
+        }
+    }
+
     /// `sql` prepared on this connection: with the statement cache on, once
     /// per connection, saving a round trip and a parse on every later
     /// execution. Plans are still made per execution either way

@@ -83,14 +83,10 @@ pub async fn upsert_edges(
     let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
     let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
     let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
-    // Both ends' foreign keys are checked row by row, each check a query on
-    // the partitioned `fragments`. Under the connections' force_custom_plan
-    // every check is planned anew (a batch's 1,500 links: 230 ms of checks);
-    // a generic plan, pruned at run time, takes a fifth of that.
-    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        .await?;
+    // Both ends' foreign keys are checked row by row: see
+    // `query_with_generic_plans` for why they must not be custom-planned.
     let rows = tx
-        .query(
+        .query_with_generic_plans(
             "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
              SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight)
                FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::real[])
@@ -111,8 +107,6 @@ pub async fn upsert_edges(
                 &weights,
             ],
         )
-        .await?;
-    tx.batch_execute("SET LOCAL plan_cache_mode TO DEFAULT")
         .await?;
     Ok(rows
         .iter()

@@ -1,6 +1,8 @@
 //! The store against a real PostgreSQL with pgvector: schema, row-level
 //! security, deduplication, forgetting, search layers and the embedding queue.
 
+use std::collections::HashMap;
+
 use mneme_core::Permission;
 use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::{FieldWeights, Tokenizer};
@@ -793,6 +795,193 @@ async fn vector_search_walks_the_hnsw_graph() {
         .unwrap()
         .get(0);
     assert_eq!(graph_scans, 1, "the search did not scan an HNSW graph");
+}
+
+/// Writes `count` memories for `tenant` in one bulk insert; returns their ids.
+async fn bulk_remember(store: &Store, tenant: &TestTenant, count: usize) -> Vec<Uuid> {
+    let batch = Uuid::now_v7();
+    let fragments: Vec<_> = (0..count)
+        .map(|i| prepared(&format!("Bulk note {i} of batch {batch}."), "bulk"))
+        .collect();
+    let rows: Vec<_> = fragments.iter().map(|f| (author(tenant), f)).collect();
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let written = fragments::insert_many(&tx, &rows).await.unwrap();
+    tx.commit().await.unwrap();
+    written.into_iter().map(|w| w.unwrap().id).collect()
+}
+
+/// Index scans of the partitions of `fragments` this connection counted
+/// and has not yet reported (so within one transaction, the difference
+/// between two calls is what happened between them), by index and whether
+/// it is a primary key.
+async fn fragment_index_scans(tx: &TenantTx<'_>) -> HashMap<(String, bool), i64> {
+    tx.query(
+        "SELECT i.indexrelid::regclass::text, i.indisprimary,
+                pg_stat_get_xact_numscans(i.indexrelid)
+           FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indrelid
+          WHERE h.inhparent = 'mneme.fragments'::regclass",
+        &[],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+    .collect()
+}
+
+/// The index scans of `fragments` between two [`fragment_index_scans`]:
+/// through primary keys, and through each other index that was used.
+fn scans_between(
+    before: &HashMap<(String, bool), i64>,
+    after: &HashMap<(String, bool), i64>,
+) -> (i64, Vec<(String, i64)>) {
+    let mut primary = 0;
+    let mut other = Vec::new();
+    for ((index, is_primary), count) in after {
+        let scans = count - before.get(&(index.clone(), *is_primary)).unwrap_or(&0);
+        if *is_primary {
+            primary += scans;
+        } else if scans > 0 {
+            other.push((index.clone(), scans));
+        }
+    }
+    (primary, other)
+}
+
+fn chain(ids: &[Uuid]) -> Vec<links::Edge> {
+    ids.windows(2)
+        .map(|pair| links::Edge {
+            from_id: pair[0],
+            to_id: pair[1],
+            relation_type: "related".into(),
+            weight: 0.5,
+        })
+        .collect()
+}
+
+/// A tenant whose memories arrived in a partition after its last ANALYZE
+/// is unknown to the statistics. Planned for that tenant, the foreign-key
+/// check of each written row (`tenant_id = $1 AND id = $2`) expects no rows
+/// under any index that starts with `tenant_id`, and may walk all of the
+/// tenant's rows through one of them to find a single id. Bulk writes of
+/// rows that reference memories must check through the primary key.
+#[tokio::test]
+async fn bulk_writes_check_a_new_tenants_memories_through_the_primary_key() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let known = create_tenant(&store, "known", ALL_PERMISSIONS).await;
+    bulk_remember(&store, &known, 400).await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, known.tenant_id).await.unwrap();
+    let partition: String = tx
+        .query_one(
+            "SELECT tableoid::regclass::text FROM mneme.fragments WHERE tenant_id = $1 LIMIT 1",
+            &[&known.tenant_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    drop(tx);
+    let owner = db.owner_client().await;
+    let remainder: i32 = partition.rsplit('p').next().unwrap().parse().unwrap();
+    let mut newcomer = None;
+    for attempt in 0..200 {
+        let candidate =
+            create_tenant(&store, &format!("newcomer-{attempt}"), ALL_PERMISSIONS).await;
+        let same: bool = owner
+            .query_one(
+                "SELECT satisfies_hash_partition('mneme.fragments'::regclass, 16, $1, $2::uuid)",
+                &[&remainder, &candidate.tenant_id],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if same {
+            newcomer = Some(candidate);
+            break;
+        }
+    }
+    let newcomer = newcomer.expect("a tenant in the known tenant's partition");
+    owner
+        .batch_execute("ANALYZE mneme.fragments")
+        .await
+        .unwrap();
+    let ids = bulk_remember(&store, &newcomer, 300).await;
+
+    let tx = TenantTx::begin(&mut client, newcomer.tenant_id)
+        .await
+        .unwrap();
+    let before = fragment_index_scans(&tx).await;
+    let linked = links::upsert_edges(&tx, &[newcomer.key_id], &chain(&ids))
+        .await
+        .unwrap();
+    assert_eq!(linked.len(), ids.len() - 1);
+    let summaries: Vec<String> = (0..ids.len()).map(|i| format!("event {i}")).collect();
+    let events: Vec<cases::NewEvent<'_>> = ids
+        .iter()
+        .zip(&summaries)
+        .map(|(&id, summary)| cases::NewEvent {
+            key_id: newcomer.key_id,
+            case_id: "bulk-case",
+            session_id: None,
+            event_type: "error_observed",
+            summary,
+            entity_keys: &[],
+            source_fragment_id: Some(id),
+        })
+        .collect();
+    cases::append_many(&tx, &events).await.unwrap();
+    let (primary, other) = scans_between(&before, &fragment_index_scans(&tx).await);
+    // The statements' own joins may read an index once; a check per row
+    // through one would scan it hundreds of times.
+    assert!(
+        other.iter().all(|(_, scans)| *scans <= 2),
+        "foreign-key checks walked a tenant-wide index: {other:?}"
+    );
+    assert!(
+        primary >= 3 * ids.len() as i64 - 2,
+        "{primary} primary-key scans"
+    );
+    tx.commit().await.unwrap();
+}
+
+/// A generic plan of those checks made while the partition was empty and
+/// never analysed has the same flaw; PostgreSQL would keep it for the
+/// connection until the partition is next analysed (on a fresh database,
+/// the first minute of an import), so each statement plans anew.
+#[tokio::test]
+async fn a_check_planned_on_an_empty_partition_is_not_kept() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "fresh", ALL_PERMISSIONS).await;
+    let first = bulk_remember(&store, &t, 2).await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    links::upsert_edges(&tx, &[t.key_id], &chain(&first))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let ids = bulk_remember(&store, &t, 2000).await;
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let before = fragment_index_scans(&tx).await;
+    let linked = links::upsert_edges(&tx, &[t.key_id], &chain(&ids))
+        .await
+        .unwrap();
+    assert_eq!(linked.len(), ids.len() - 1);
+    let (primary, other) = scans_between(&before, &fragment_index_scans(&tx).await);
+    assert!(
+        other.iter().all(|(_, scans)| *scans <= 2),
+        "a check reused a plan made on an empty partition: {other:?}"
+    );
+    assert!(
+        primary >= 2 * (ids.len() as i64 - 1),
+        "{primary} primary-key scans"
+    );
+    tx.commit().await.unwrap();
 }
 
 #[tokio::test]
