@@ -44,7 +44,7 @@ use mneme_surfacing::gate::{
 };
 use mneme_surfacing::model::{self, Budget};
 use mneme_surfacing::privacy;
-use mneme_surfacing::relevance::bucket;
+use mneme_surfacing::relevance::{self, bucket};
 use mneme_surfacing::render::{BlockOptions, InjectionMode, Memory, render_block};
 use mneme_surfacing::tuner::{self, Direction, FeedbackCounts, TunerSettings};
 use rand::RngCore;
@@ -465,11 +465,15 @@ impl Surfacer {
             .cache
             .already_surfaced(&scope, &ids, settings.dedup_ttl)
             .await;
-        let fresh: Vec<&SurfaceCandidate> = candidates
+        let mut fresh: Vec<&SurfaceCandidate> = candidates
             .iter()
             .filter(|c| !seen.contains(&c.id))
             .take(budget.max_results)
             .collect();
+        fresh.truncate(relevance::close_to_best(
+            fresh.iter().map(|c| c.relevance),
+            settings.gap_from_best,
+        ));
         if fresh.is_empty() {
             return Skipped(Skip::AllSeen);
         }

@@ -333,6 +333,8 @@ pub struct SurfacingConfig {
     pub enabled: bool,
     pub min_score: f32,
     pub max_results: usize,
+    /// Largest relevance gap between a block's best memory and another.
+    pub gap_from_best: f32,
     pub max_injection_chars: usize,
     pub preview_chars: usize,
     /// `append`, `prepend` or `section`.
@@ -403,6 +405,7 @@ fn surfacing_config(r: &mut Reader<'_>) -> SurfacingConfig {
         enabled: r.flag(settings::SURFACING_ENABLED),
         min_score: unit(r, settings::SURFACING_MIN_SCORE),
         max_results: r.positive(settings::SURFACING_MAX_RESULTS),
+        gap_from_best: unit(r, settings::SURFACING_GAP_FROM_BEST),
         max_injection_chars: r.positive(settings::SURFACING_MAX_INJECTION_CHARS),
         preview_chars: r.positive(settings::SURFACING_PREVIEW_CHARS),
         injection_mode: mode,

@@ -450,10 +450,12 @@ settings! {
     "Active surfacing" {
         SURFACING_ENABLED = "MNEME_SURFACING_ENABLED", Some("true"),
             "Master switch of active surfacing (relevant memories added to proxied tool results and to `mneme hook`). Off, `/v1/surface` answers with nothing to add.";
-        SURFACING_MIN_SCORE = "MNEME_SURFACING_MIN_SCORE", Some("0.6"),
+        SURFACING_MIN_SCORE = "MNEME_SURFACING_MIN_SCORE", Some("0.5"),
             "Default relevance threshold in [0, 1]. Relevance is calibrated (an estimate of the probability that a memory is relevant, see docs/SURFACING.md), so the threshold means the same for every tenant and query. The auto-tuner moves it per (tenant, server, tool) within the tuner's floor and ceiling. Buckets: the thirds of [threshold, 1] are `[weak]`, `[related]` and `[strong]`.";
         SURFACING_MAX_RESULTS = "MNEME_SURFACING_MAX_RESULTS", Some("3"),
             "Most memories one surfacing injects (clients with a small context window get fewer, large ones more).";
+        SURFACING_GAP_FROM_BEST = "MNEME_SURFACING_GAP_FROM_BEST", Some("0.05"),
+            "A memory joins a surfaced block only if its relevance is at most this much below the block's best memory; in [0, 1], 1 keeps every memory over the threshold. Runners-up far below the best are less often relevant than their relevance says (docs/SURFACING.md).";
         SURFACING_MAX_INJECTION_CHARS = "MNEME_SURFACING_MAX_INJECTION_CHARS", Some("3000"),
             "Largest injected block, in characters; memories that do not fit are dropped whole.";
         SURFACING_PREVIEW_CHARS = "MNEME_SURFACING_PREVIEW_CHARS", Some("300"),

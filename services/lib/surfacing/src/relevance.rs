@@ -5,6 +5,9 @@
 //! *calibrated* relevance in `[0, 1]` (recall's contract), so the thirds carry
 //! information: a memory just over the active `min_score` is weak, one near
 //! certainty is strong.
+//!
+//! [`close_to_best`] decides how many of a query's memories go into one
+//! block: the best, and those nearly as relevant as it.
 
 /// How relevant a surfaced memory is, relative to the active floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,10 +66,46 @@ pub fn bucket(score: f32, floor: f32) -> Bucket {
     }
 }
 
+/// How many of `relevances` (best first) are within `gap` of the first.
+///
+/// The threshold alone admits a memory on its own calibrated relevance, but
+/// a query's runners-up are less often relevant than their calibration
+/// says when the best stands well clear of them: on the memtomem corpus,
+/// memories over 0.5 more than 0.05 below their query's best were relevant
+/// 65% of the time, those within 0.05 80%, like the best memories
+/// themselves (docs/BENCHMARKS.md). A gap of 1 or more keeps every memory;
+/// a NaN relevance ends the list.
+pub fn close_to_best(relevances: impl IntoIterator<Item = f32>, gap: f32) -> usize {
+    let mut relevances = relevances.into_iter().map(f64::from);
+    let Some(best) = relevances.next() else {
+        return 0;
+    };
+    if best.is_nan() {
+        return 0;
+    }
+    // In f64, so that a relevance exactly `gap` below the best stays in.
+    let floor = best - f64::from(gap);
+    1 + relevances.take_while(|&r| r >= floor).count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use Bucket::{Related, Strong, Weak};
+
+    #[test]
+    fn runners_up_just_inside_the_gap_stay_and_those_outside_go() {
+        assert_eq!(close_to_best([0.9, 0.86, 0.84], 0.05), 2);
+        assert_eq!(close_to_best([0.9, 0.85, 0.84], 0.05), 2);
+        assert_eq!(close_to_best([0.9, 0.849], 0.05), 1);
+        // The list is cut at the first memory outside the gap.
+        assert_eq!(close_to_best([0.9, 0.7, 0.89], 0.05), 1);
+        assert_eq!(close_to_best([0.9, 0.2, 0.1], 1.0), 3);
+        assert_eq!(close_to_best([0.9, 0.9], 0.0), 2);
+        assert_eq!(close_to_best([], 0.05), 0);
+        assert_eq!(close_to_best([f32::NAN, 0.5], 0.05), 0);
+        assert_eq!(close_to_best([0.9, f32::NAN], 0.05), 1);
+    }
 
     #[test]
     fn reference_cases() {
