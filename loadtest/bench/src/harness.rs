@@ -142,8 +142,9 @@ impl Bench {
 
     /// Analyses the schema's tables in the background as autovacuum would,
     /// when the server runs without it: every [`AUTOANALYZE_NAPTIME`], each
-    /// table changed by more than 50 rows + 10 % since it was last analysed
-    /// (PostgreSQL's default thresholds). Seeding a tenant from empty is
+    /// table changed by more than its analyse threshold + scale factor since
+    /// it was last analysed (the table's own `autovacuum_analyze_*` options,
+    /// migrations/V29, else PostgreSQL's defaults, 50 rows + 10 %). Seeding a tenant from empty is
     /// then planned on statistics that follow it, as in production, rather
     /// than on a partition believed empty (see [`Self::analyze`]). `None`
     /// where autovacuum is on. The task ends when the handle is aborted.
@@ -165,7 +166,14 @@ impl Bench {
                         "SELECT format('%I.%I', s.schemaname, s.relname)
                            FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
                           WHERE s.schemaname = 'mneme'
-                            AND s.n_mod_since_analyze > 50 + 0.1 * greatest(c.reltuples, 0)",
+                            AND s.n_mod_since_analyze >
+                                coalesce((SELECT split_part(o, '=', 2)::float8
+                                            FROM unnest(c.reloptions) o
+                                           WHERE o LIKE 'autovacuum_analyze_threshold=%'), 50)
+                                + coalesce((SELECT split_part(o, '=', 2)::float8
+                                              FROM unnest(c.reloptions) o
+                                             WHERE o LIKE 'autovacuum_analyze_scale_factor=%'), 0.1)
+                                  * greatest(c.reltuples, 0)",
                         &[],
                     )
                     .await;

@@ -984,6 +984,39 @@ async fn a_check_planned_on_an_empty_partition_is_not_kept() {
     tx.commit().await.unwrap();
 }
 
+/// A tenant new to a partition's statistics gets plans that expect none of
+/// its rows (its recall sorted all its memories instead of searching the
+/// graph), so autovacuum must analyse a partition well before PostgreSQL's
+/// default 10 % of it changed (migrations/V29).
+#[tokio::test]
+async fn every_partition_is_analysed_once_one_percent_of_it_changed() {
+    let db = TestDatabase::create().await;
+    let rows = db
+        .owner_client()
+        .await
+        .query(
+            "SELECT c.relname, coalesce(c.reloptions, '{}')
+               FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+              WHERE h.inhparent = 'mneme.fragments'::regclass",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 16);
+    for row in rows {
+        let (partition, options): (String, Vec<String>) = (row.get(0), row.get(1));
+        for option in [
+            "autovacuum_analyze_scale_factor=0.01",
+            "autovacuum_analyze_threshold=500",
+        ] {
+            assert!(
+                options.iter().any(|o| o == option),
+                "{partition}: {options:?} lacks {option}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn key_groups_share_reading_between_their_members_only() {
     let db = TestDatabase::create().await;
