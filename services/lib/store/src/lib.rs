@@ -549,6 +549,10 @@ impl std::fmt::Debug for TenantTx<'_> {
     }
 }
 
+/// Rows a partition's statistics must count before a generic plan made
+/// for it is kept between statements ([`TenantTx::query_with_generic_plans`]).
+pub const YOUNG_PARTITION_ROWS: f32 = 1000.0;
+
 impl<'a> TenantTx<'a> {
     /// Opens a transaction on `client` for `tenant_id`.
     pub async fn begin(client: &'a mut Object, tenant_id: Uuid) -> Result<Self> {
@@ -626,8 +630,8 @@ impl<'a> TenantTx<'a> {
     }
 
     /// Runs `sql` with generic plans for itself and for the foreign-key
-    /// checks its rows fire, and forgets those plans afterwards: for bulk
-    /// writes of rows that reference `fragments` (links, case evidence).
+    /// checks its rows fire: for bulk writes of rows that reference
+    /// `fragments` (links, case evidence).
     ///
     /// Each such check is `tenant_id = <tenant> AND id = <id>` on the
     /// partitioned `fragments`. Planned per row like every statement of the
@@ -638,12 +642,18 @@ impl<'a> TenantTx<'a> {
     /// primary key, and the one picked walks all the tenant's rows of the
     /// partition to find one id, for every row written. A generic plan
     /// counts any tenant as the partition's average and takes the primary
-    /// key. PostgreSQL would keep that generic plan for the session; made
-    /// while the partition was nearly empty and never analysed it has the
-    /// same flaw, and on a fresh database it outlived the first minute of an
-    /// import, timing link upserts out (docs/BENCHMARKS.md). `DISCARD PLANS`
-    /// makes each statement plan its checks afresh; the connection's other
-    /// statements lose nothing, as they are planned per execution anyway.
+    /// key.
+    ///
+    /// PostgreSQL keeps a generic plan for the connection until the tables
+    /// it reads are analysed again. Made while the tenant's partition was
+    /// nearly empty, it has the same flaw, and on a fresh database it
+    /// outlived the first minute of an import, timing link upserts out
+    /// (docs/BENCHMARKS.md). So while the statistics count fewer than
+    /// [`YOUNG_PARTITION_ROWS`] rows in the partition, the connection's
+    /// plans are discarded first and the checks planned for the partition
+    /// as it is. Not always: a discard makes the connection analyse each of
+    /// its prepared statements again, which cost a single `remember` about
+    /// a millisecond.
     #[track_caller]
     pub fn query_with_generic_plans<'b>(
         &'b self,
@@ -653,16 +663,30 @@ impl<'a> TenantTx<'a> {
     {
         let site = Location::caller();
         async move {
-            self.tx
-                .batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            let young = self
+                .statement(
+                    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+                            coalesce((SELECT c.reltuples FROM pg_class c
+                                       WHERE c.oid = (SELECT f.tableoid FROM mneme.fragments f
+                                                       WHERE f.tenant_id = $1 LIMIT 1)), -1)
+                              < $2::real",
+                )
                 .await?;
+            let young: bool = self
+                .tx
+                .query_one(&young, &[&self.tenant_id, &YOUNG_PARTITION_ROWS])
+                .await?
+                .get(1);
+            if young {
+                self.tx.batch_execute("DISCARD PLANS").await?;
+            }
             let rows = instrument::statement(site, async {
                 let statement = self.statement(sql).await?;
                 self.tx.query(&statement, params).await
             })
             .await?;
             self.tx
-                .batch_execute("SET LOCAL plan_cache_mode TO DEFAULT; DISCARD PLANS")
+                .batch_execute("SET LOCAL plan_cache_mode TO DEFAULT")
                 .await?;
             Ok(rows)
         }
