@@ -304,7 +304,13 @@ impl Store {
         // Statements are prepared once per connection (`TenantTx`), but
         // planned per execution: a generic plan cannot fold away the optional
         // filters of a search or prune partitions by tenant at plan time.
-        let mut server_options = String::from("-c plan_cache_mode=force_custom_plan");
+        //
+        // JIT compilation stays off: mneme's statements are short, but the
+        // planner's estimates for the lateral joins of the link and search
+        // statements run into the hundreds of thousands, past the JIT
+        // thresholds, and compiling with LLVM then took 0.6-1.0 s of a
+        // 20 ms statement (docs/BENCHMARKS.md, "JIT compilation").
+        let mut server_options = String::from("-c plan_cache_mode=force_custom_plan -c jit=off");
         if !options.statement_timeout.is_zero() {
             server_options.push_str(&format!(
                 " -c statement_timeout={}",

@@ -199,6 +199,40 @@ async fn service_role_is_checked_and_owner_role_refused() {
     owner.check_service_role(true).await.unwrap();
 }
 
+/// A statement the planner estimates as expensive is not compiled: JIT
+/// spent 0.6-1.0 s compiling 20 ms link lookups (docs/BENCHMARKS.md).
+#[tokio::test]
+async fn statements_are_never_jit_compiled_however_costly_their_estimate() {
+    let db = TestDatabase::create().await;
+    let tenant = create_tenant(&db.store(), "jit", ALL_PERMISSIONS).await;
+    let mut client = db.store().client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let plan: Vec<String> = tx
+        .query(
+            "EXPLAIN SELECT sum(g) FROM generate_series(1, 100000000) g",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let cost: f64 = plan[0]
+        .split("cost=")
+        .nth(1)
+        .and_then(|rest| rest.split("..").nth(1))
+        .and_then(|total| total.split(' ').next())
+        .and_then(|total| total.parse().ok())
+        .expect("a total cost in the plan");
+    assert!(
+        cost > 1_000_000.0,
+        "the estimate passes every JIT threshold: {plan:?}"
+    );
+    assert!(!plan.iter().any(|line| line.starts_with("JIT")), "{plan:?}");
+}
+
 #[tokio::test]
 async fn database_errors_say_what_failed_without_quoting_values() {
     let db = TestDatabase::create().await;
