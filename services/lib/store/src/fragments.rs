@@ -798,7 +798,11 @@ pub async fn keyword_search(
                         cardinality(ARRAY(SELECT unnest(keywords) INTERSECT
                                           SELECT unnest($19::text[])))::real AS overlap
                    FROM mneme.fragments f
-                  WHERE {SCOPE} AND keywords && $19
+                  -- The hashes find the tenant's candidates through their
+                  -- index (migrations/V30); the keywords rule out a
+                  -- collision.
+                  WHERE {SCOPE} AND keyword_hashes && mneme.keyword_hashes($1, $19)
+                    AND keywords && $19
                   ORDER BY overlap DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
@@ -1373,14 +1377,25 @@ pub async fn keyword_neighbors(
     let seconds: Vec<&str> = probes.iter().map(|p| p.second).collect();
     let rows = tx
         .query(
-            "WITH candidate AS (
+            "WITH probe AS MATERIALIZED (
+                 -- Hashed here, not in the lookup below: under row-level
+                 -- security a condition that calls a function on another
+                 -- row's values is not leakproof, and the index could not
+                 -- serve it (migrations/V30).
+                 SELECT p.fragment_id,
+                        mneme.keyword_hashes($1, ARRAY[p.first]) AS first,
+                        mneme.keyword_hashes($1, ARRAY[p.second]) AS second
+                   FROM unnest($3::uuid[], $4::text[], $5::text[]) AS p(fragment_id, first, second)),
+             candidate AS (
                  SELECT DISTINCT p.fragment_id, c.id
-                   FROM unnest($3::uuid[], $4::text[], $5::text[]) AS p(fragment_id, first, second)
+                   FROM probe p
                    CROSS JOIN LATERAL
                         (SELECT n.id FROM mneme.fragments n
                           -- Two overlaps, not `@>`: arrayoverlap is the
                           -- operator marked leakproof (V23), so the index
-                          -- serves it under row-level security. The key is
+                          -- serves it under row-level security. A hash
+                          -- collision only adds a candidate, whose share is
+                          -- counted on the keywords below. The key is
                           -- compared as text so that no btree index can
                           -- serve it: a key new to the planner (no
                           -- statistics yet, as during an import) looks a
@@ -1388,7 +1403,7 @@ pub async fn keyword_neighbors(
                           -- probe took 15 times as long as the keyword
                           -- index (docs/BENCHMARKS.md).
                           WHERE n.tenant_id = $1
-                            AND n.keywords && ARRAY[p.first] AND n.keywords && ARRAY[p.second]
+                            AND n.keyword_hashes && p.first AND n.keyword_hashes && p.second
                             AND n.key_id::text = $2::uuid::text
                             AND n.valid_to IS NULL AND n.id <> p.fragment_id
                           LIMIT $8) c),

@@ -170,7 +170,7 @@ async fn text_and_keyword_indexes_serve_searches_under_row_level_security() {
         .unwrap();
     for condition in [
         "search_tsv @@ 'ledger'::tsquery",
-        "keywords && ARRAY['ledger']",
+        "keyword_hashes && mneme.keyword_hashes($1, ARRAY['ledger'])",
     ] {
         let plan = explain(&tx, "COSTS", condition).await;
         let index_condition = plan
@@ -183,6 +183,62 @@ async fn text_and_keyword_indexes_serve_searches_under_row_level_security() {
             "{condition} is filtered after the index, not searched in it: {plan:#?}"
         );
     }
+}
+
+/// The keyword index lists one tenant's memories per entry: a keyword's
+/// hash depends on the tenant, and a memory's hashes follow its keywords
+/// when they change (migrations/V30).
+#[tokio::test]
+async fn keyword_hashes_are_per_tenant_and_follow_the_keywords() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let tenant = create_tenant(&store, "hashed", ALL_PERMISSIONS).await;
+    let id = remember(&store, &tenant, "The ledger closes at midnight UTC.").await;
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .unwrap();
+    let other_tenant = Uuid::new_v4();
+    let row = tx
+        .query_one(
+            "SELECT mneme.keyword_hashes($1, ARRAY['ledger', 'wal']),
+                    mneme.keyword_hashes($2, ARRAY['ledger', 'wal']),
+                    mneme.keyword_hashes($1, ARRAY['wal'])",
+            &[&tenant.tenant_id, &other_tenant],
+        )
+        .await
+        .unwrap();
+    let (own, others, wal): (Vec<i64>, Vec<i64>, Vec<i64>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(own.len(), 2);
+    assert_eq!(own[1..], wal[..], "one hash per keyword, in order");
+    assert!(
+        own.iter().all(|hash| !others.contains(hash)),
+        "another tenant's hashes of the same keywords: {own:?} {others:?}"
+    );
+
+    let matches = |keyword: &'static str| {
+        let tx = &tx;
+        async move {
+            tx.query_one(
+                "SELECT count(*) FROM mneme.fragments
+                  WHERE tenant_id = $1 AND id = $2
+                    AND keyword_hashes && mneme.keyword_hashes($1, ARRAY[$3])",
+                &[&tenant.tenant_id, &id, &keyword],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(matches("ledger").await, 1);
+    tx.execute(
+        "UPDATE mneme.fragments SET keywords = ARRAY['audit'] WHERE tenant_id = $1 AND id = $2",
+        &[&tenant.tenant_id, &id],
+    )
+    .await
+    .unwrap();
+    assert_eq!(matches("ledger").await, 0);
+    assert_eq!(matches("audit").await, 1);
 }
 
 #[tokio::test]
