@@ -92,7 +92,8 @@ async fn ledger_among_fillers(db: &TestDatabase, store: &Store, name: &str) -> T
 /// The plan, as `EXPLAIN (<options>)` prints it, of a search of the
 /// transaction's tenant for `condition`.
 async fn explain(tx: &TenantTx<'_>, options: &str, condition: &str) -> Vec<String> {
-    tx.query(
+    plan_lines(
+        tx,
         &format!(
             "EXPLAIN ({options}) SELECT id FROM mneme.fragments
               WHERE tenant_id = $1 AND {condition}"
@@ -100,10 +101,20 @@ async fn explain(tx: &TenantTx<'_>, options: &str, condition: &str) -> Vec<Strin
         &[&tx.tenant_id()],
     )
     .await
-    .unwrap()
-    .iter()
-    .map(|row| row.get(0))
-    .collect()
+}
+
+/// The lines an `EXPLAIN` statement prints.
+async fn plan_lines(
+    tx: &TenantTx<'_>,
+    statement: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Vec<String> {
+    tx.query(statement, params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
 }
 
 /// Searches read the GIN indexes whole, not through a pending list of
@@ -265,16 +276,12 @@ async fn statements_are_never_jit_compiled_however_costly_their_estimate() {
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .unwrap();
-    let plan: Vec<String> = tx
-        .query(
-            "EXPLAIN SELECT sum(g) FROM generate_series(1, 100000000) g",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
+    let plan = plan_lines(
+        &tx,
+        "EXPLAIN SELECT sum(g) FROM generate_series(1, 100000000) g",
+        &[],
+    )
+    .await;
     let cost: f64 = plan[0]
         .split("cost=")
         .nth(1)
