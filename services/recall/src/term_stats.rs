@@ -19,9 +19,14 @@
 //!   are expected (taking terms as independent) to fit the budget.
 //!
 //! Key sets whose whole size fits the budget are never narrowed, so small
-//! tenants (and every retrieval benchmark) search exactly as before. The
-//! statistics are per key set, not per tenant, so one key's memories never
-//! shape another key's results.
+//! tenants (and every retrieval benchmark) search exactly as before.
+//!
+//! The same sample weighs the terms that rank the matches
+//! (`MNEME_RECALL_FULLTEXT_IDF`): each term's `ts_rank` counts with BM25's
+//! inverse document frequency, so a match on a word few memories hold
+//! outweighs one on a word most of them hold (`설정`, "setting", or a
+//! service every memory names). The statistics are per key set, not per
+//! tenant, so one key's memories never shape another key's results.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -30,7 +35,7 @@ use mneme_config::RecallConfig;
 use mneme_core::Result;
 use mneme_core::text::{all_of, any_of};
 use mneme_store::TenantTx;
-use mneme_store::fragments::{self, TermSample};
+use mneme_store::fragments::{self, RankTerms, TermSample};
 use mneme_telemetry::metrics::register;
 use moka::future::Cache;
 use prometheus::{IntCounterVec, Opts};
@@ -75,13 +80,13 @@ impl Match {
     }
 }
 
-/// The two tsquery literals of the full-text layer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The full-text layer's query: which fragments match and how they rank.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct FullTextQuery {
     /// Which fragments match.
     pub(crate) filter: String,
-    /// How matches are ranked: every term of the query.
-    pub(crate) rank: String,
+    /// How matches are ranked: every term of the query, weighted.
+    pub(crate) rank: RankTerms,
     pub(crate) matching: Match,
 }
 
@@ -91,6 +96,7 @@ pub(crate) struct TermStatistics {
     samples: Cache<(Uuid, Vec<Uuid>), Arc<TermSample>>,
     sample_size: i64,
     read_budget: i64,
+    idf: bool,
 }
 
 impl TermStatistics {
@@ -105,6 +111,7 @@ impl TermStatistics {
                 .build(),
             sample_size: settings.term_sample_size as i64,
             read_budget: settings.fulltext_read_budget as i64,
+            idf: settings.fulltext_idf,
         }
     }
 
@@ -117,13 +124,13 @@ impl TermStatistics {
         key_ids: &[Uuid],
         lexemes: &[String],
     ) -> Result<Option<FullTextQuery>> {
-        let Some(rank) = any_of(lexemes) else {
+        if lexemes.is_empty() {
             return Ok(None);
-        };
-        // One term matches the same rows whichever way it is asked for:
-        // no sample needed.
-        let query = if self.read_budget == 0 || lexemes.len() == 1 {
-            plan(lexemes, &TermSample::default(), self.read_budget, rank)
+        }
+        // One term matches the same rows whichever way it is asked for, and
+        // ranks them alike whatever its weight: no sample needed.
+        let query = if lexemes.len() == 1 || (self.read_budget == 0 && !self.idf) {
+            plan(lexemes, &TermSample::default(), self.read_budget, false)
         } else {
             let mut keys = key_ids.to_vec();
             keys.sort_unstable();
@@ -135,30 +142,67 @@ impl TermStatistics {
                 })
                 .await
                 .map_err(|error| (*error).clone())?;
-            plan(lexemes, &sample, self.read_budget, rank)
+            plan(lexemes, &sample, self.read_budget, self.idf)
         };
         QUERIES.with_label_values(&[query.matching.label()]).inc();
         Ok(Some(query))
     }
 }
 
-/// Chooses the filter for `lexemes` (non-empty, `rank` their OR); an empty
-/// sample matches any term.
-fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> FullTextQuery {
-    let query = |filter: Option<String>, matching: Match| FullTextQuery {
-        filter: filter.unwrap_or_else(|| rank.clone()),
-        rank: rank.clone(),
+/// The full-text query for `lexemes` (non-empty): the filter, and the terms
+/// weighted by rarity when `idf` is set. An empty sample matches any term
+/// and weighs every term alike.
+fn plan(lexemes: &[String], sample: &TermSample, budget: i64, idf: bool) -> FullTextQuery {
+    let (filter, matching) = filter(lexemes, sample, budget);
+    FullTextQuery {
+        filter: filter.or_else(|| any_of(lexemes)).unwrap_or_default(),
+        rank: rank_terms(lexemes, sample, idf),
         matching,
-    };
-    if sample.total <= budget || sample.sampled == 0 {
-        return query(None, Match::Any);
     }
-    // A term seen once or not at all in the sample counts as seen once: its
-    // true frequency is below the sample's resolution.
-    let estimate = |lexeme: &String| -> i64 {
-        let seen = sample.counts.get(lexeme).copied().unwrap_or(1).max(1);
-        (seen * sample.total + sample.sampled - 1) / sample.sampled
+}
+
+/// A term seen once or not at all in the sample counts as seen once: its
+/// true frequency is below the sample's resolution. The estimate scales the
+/// sample's count to the whole key set.
+fn estimated_documents(sample: &TermSample, lexeme: &str) -> i64 {
+    let seen = sample.counts.get(lexeme).copied().unwrap_or(1).max(1);
+    (seen * sample.total + sample.sampled - 1) / sample.sampled
+}
+
+/// Each lexeme as a term of its own, weighted by BM25's inverse document
+/// frequency `ln(1 + (N - n + 0.5) / (n + 0.5))` (N memories, n holding the
+/// term) when `idf` is set, else alike; the weights sum to 1, so an
+/// unweighted rank is `ts_rank`'s own for the OR of the terms.
+fn rank_terms(lexemes: &[String], sample: &TermSample, idf: bool) -> RankTerms {
+    let literals: Vec<String> = lexemes
+        .iter()
+        .filter_map(|lexeme| any_of(std::slice::from_ref(lexeme)))
+        .collect();
+    let raw: Vec<f64> = if idf && sample.sampled > 0 {
+        let total = sample.total as f64;
+        lexemes
+            .iter()
+            .map(|lexeme| {
+                let documents = (estimated_documents(sample, lexeme) as f64).min(total);
+                (1.0 + (total - documents + 0.5) / (documents + 0.5)).ln()
+            })
+            .collect()
+    } else {
+        vec![1.0; lexemes.len()]
     };
+    let sum: f64 = raw.iter().sum();
+    RankTerms {
+        literals,
+        weights: raw.iter().map(|w| (w / sum) as f32).collect(),
+    }
+}
+
+/// Chooses the filter for `lexemes` (non-empty): `None` matches any term.
+fn filter(lexemes: &[String], sample: &TermSample, budget: i64) -> (Option<String>, Match) {
+    if budget == 0 || sample.total <= budget || sample.sampled == 0 {
+        return (None, Match::Any);
+    }
+    let estimate = |lexeme: &String| estimated_documents(sample, lexeme);
     let mut by_cost: Vec<(&String, i64)> = lexemes.iter().map(|l| (l, estimate(l))).collect();
     by_cost.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)));
     let mut kept: Vec<&String> = Vec::new();
@@ -171,7 +215,7 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
         kept.push(lexeme);
     }
     if kept.len() == lexemes.len() {
-        return query(None, Match::Any);
+        return (None, Match::Any);
     }
     // Terms the sample never saw look rarest of all, but most are in no
     // memory at all (a word of the question, another language): a filter
@@ -180,7 +224,7 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
     // join them.
     let seen = |lexeme: &String| sample.counts.get(lexeme).is_some_and(|&count| count > 0);
     if kept.iter().any(|lexeme| seen(lexeme)) {
-        return query(any_of(&kept), Match::Narrowed);
+        return (any_of(&kept), Match::Narrowed);
     }
     let occurring: Vec<(&String, i64)> = by_cost
         .iter()
@@ -194,11 +238,11 @@ fn plan(lexemes: &[String], sample: &TermSample, budget: i64, rank: String) -> F
     )) else {
         // The sample saw none of the terms, so it cannot tell which of them
         // would narrow the match: any of them matches.
-        return query(None, Match::Any);
+        return (None, Match::Any);
     };
     match any_of(&kept) {
-        None => query(Some(together), Match::All),
-        Some(unseen) => query(Some(format!("{unseen} | ({together})")), Match::Narrowed),
+        None => (Some(together), Match::All),
+        Some(unseen) => (Some(format!("{unseen} | ({together})")), Match::Narrowed),
     }
 }
 
@@ -239,8 +283,12 @@ mod tests {
 
     fn planned(lexemes: &[&str], sample: &TermSample, budget: i64) -> FullTextQuery {
         let lexemes: Vec<String> = lexemes.iter().map(|l| (*l).to_owned()).collect();
-        let rank = any_of(&lexemes).unwrap();
-        plan(&lexemes, sample, budget, rank)
+        plan(&lexemes, sample, budget, false)
+    }
+
+    /// The OR of every term that ranks.
+    fn every_term(query: &FullTextQuery) -> String {
+        query.rank.literals.join(" | ")
     }
 
     #[test]
@@ -248,7 +296,7 @@ mod tests {
         let small = sample(4_000, 2_000, &[("api", 1_900), ("payment", 1_800)]);
         let query = planned(&["api", "payment", "rollback"], &small, 5_000);
         assert_eq!(query.filter, "'api' | 'payment' | 'rollback'");
-        assert_eq!(query.filter, query.rank);
+        assert_eq!(query.filter, every_term(&query));
         assert_eq!(query.matching, Match::Any);
     }
 
@@ -264,7 +312,10 @@ mod tests {
         let query = planned(&["api", "payment", "rollback", "zebra"], &large, 5_000);
         assert_eq!(query.filter, "'zebra' | 'rollback'");
         assert_eq!(query.matching, Match::Narrowed);
-        assert_eq!(query.rank, "'api' | 'payment' | 'rollback' | 'zebra'");
+        assert_eq!(
+            every_term(&query),
+            "'api' | 'payment' | 'rollback' | 'zebra'"
+        );
     }
 
     #[test]
@@ -280,7 +331,7 @@ mod tests {
         let query = planned(&["api", "payment", "refund"], &large, 5_000);
         assert_eq!(query.filter, "'payment' & 'refund'");
         assert_eq!(query.matching, Match::All);
-        assert_eq!(query.rank, "'api' | 'payment' | 'refund'");
+        assert_eq!(every_term(&query), "'api' | 'payment' | 'refund'");
         // Just outside: with a budget under ~2,000, "api" is required too.
         let query = planned(&["api", "payment", "refund"], &large, 1_999);
         assert_eq!(query.filter, "'payment' & 'refund' & 'api'");
@@ -308,11 +359,11 @@ mod tests {
         let coarse = sample(1_000_000, 100, &[]);
         let query = planned(&["quagga", "zebra"], &coarse, 5_000);
         assert_eq!(query.matching, Match::Any);
-        assert_eq!(query.filter, query.rank);
+        assert_eq!(query.filter, every_term(&query));
         let coarse = sample(100_000, 50, &[]);
         let query = planned(&["okapi", "quagga", "zebra"], &coarse, 5_000);
         assert_eq!(query.matching, Match::Any);
-        assert_eq!(query.filter, query.rank);
+        assert_eq!(query.filter, every_term(&query));
         // A rare term that occurs is enough on its own.
         let large = sample(
             100_000,
@@ -329,5 +380,57 @@ mod tests {
         let query = planned(&["canary", "deploy"], &large, 5_000);
         assert_eq!(query.filter, "'canary' | 'deploy'");
         assert_eq!(query.matching, Match::Any);
+    }
+
+    #[test]
+    fn rarer_terms_weigh_more_in_the_rank() {
+        // 400 memories, all sampled: "deploy" in 200, "canary" in 8,
+        // "rollback" in one (below the sample's counts), "api" in all.
+        let all = sample(400, 400, &[("api", 400), ("canary", 8), ("deploy", 200)]);
+        let lexemes: Vec<String> = ["api", "canary", "deploy", "rollback"]
+            .iter()
+            .map(|l| (*l).to_owned())
+            .collect();
+        let rank = plan(&lexemes, &all, 5_000, true).rank;
+        assert_eq!(
+            rank.literals,
+            ["'api'", "'canary'", "'deploy'", "'rollback'"]
+        );
+        let [api, canary, deploy, rollback] = rank.weights[..] else {
+            panic!("one weight per term: {:?}", rank.weights);
+        };
+        assert!(rollback > canary && canary > deploy && deploy > api);
+        // A term in every memory hardly counts: ln(1 + 0.5 / 400.5).
+        assert!(api < 0.001, "{api}");
+        assert!((rank.weights.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        // BM25's idf: ln(1 + (400 - 8 + 0.5) / 8.5) against ln(1 + 0.5 / 1.5).
+        let ratio = f64::from(rollback / canary);
+        let expected = (1.0f64 + 399.5 / 1.5).ln() / (1.0f64 + 392.5 / 8.5).ln();
+        assert!(
+            (ratio - expected).abs() < 1e-3,
+            "{ratio} against {expected}"
+        );
+    }
+
+    #[test]
+    fn a_sample_of_part_of_the_key_set_scales_to_the_whole() {
+        // Seen in 100 of 2,000 sampled memories of 100,000: about 5,000.
+        let large = sample(100_000, 2_000, &[("payment", 100), ("api", 1_000)]);
+        let lexemes = vec!["api".to_owned(), "payment".to_owned()];
+        let rank = plan(&lexemes, &large, 0, true).rank;
+        let expected = |n: f64| (1.0 + (100_000.0 - n + 0.5) / (n + 0.5)).ln();
+        let ratio = f64::from(rank.weights[1] / rank.weights[0]);
+        assert!((ratio - expected(5_000.0) / expected(50_000.0)).abs() < 1e-3);
+        // A budget of 0 still matches any term.
+        assert_eq!(plan(&lexemes, &large, 0, true).matching, Match::Any);
+    }
+
+    #[test]
+    fn without_idf_or_a_sample_every_term_weighs_the_same() {
+        let all = sample(400, 400, &[("api", 400), ("canary", 8)]);
+        let lexemes = vec!["api".to_owned(), "canary".to_owned()];
+        assert_eq!(plan(&lexemes, &all, 5_000, false).rank.weights, [0.5, 0.5]);
+        let empty = TermSample::default();
+        assert_eq!(plan(&lexemes, &empty, 5_000, true).rank.weights, [0.5, 0.5]);
     }
 }

@@ -657,6 +657,8 @@ pub struct RecallConfig {
     pub fulltext_weight: f64,
     /// How the full-text layer weighs matches in topic and keywords.
     pub fulltext_fields: FieldWeights,
+    /// Full-text terms weighted by their rarity in the key set.
+    pub fulltext_idf: bool,
     pub keyword_weight: f64,
     pub graph_weight: f64,
     pub graph_seeds: usize,
@@ -1146,6 +1148,7 @@ impl Config {
                 topic: r.value(settings::RECALL_FULLTEXT_TOPIC_WEIGHT),
                 keywords: r.value(settings::RECALL_FULLTEXT_KEYWORD_WEIGHT),
             },
+            fulltext_idf: r.flag(settings::RECALL_FULLTEXT_IDF),
             keyword_weight: r.value(settings::RECALL_KEYWORD_WEIGHT),
             graph_weight: r.value(settings::RECALL_GRAPH_WEIGHT),
             graph_seeds: r.value(settings::RECALL_GRAPH_SEEDS),

@@ -171,7 +171,7 @@ settings! {
         RECALL_FULLTEXT_READ_BUDGET = "MNEME_RECALL_FULLTEXT_READ_BUDGET", Some("5000"),
             "Rows the full-text layer may expect to read per recall. On key sets larger than this, query terms so common that matching them would exceed it are left out of the match (they still rank the matches); when every term is that common, matches must contain the rarest terms together, as few of them as are expected to fit. 0 always matches any term.";
         RECALL_TERM_SAMPLE_SIZE = "MNEME_RECALL_TERM_SAMPLE_SIZE", Some("2000"),
-            "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET`).";
+            "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET` and `MNEME_RECALL_FULLTEXT_IDF`).";
         RECALL_TERM_SAMPLE_TTL_SECS = "MNEME_RECALL_TERM_SAMPLE_TTL_SECS", Some("600"),
             "How long a recall process reuses a key set's term sample before taking it again.";
         RECALL_FUSION = "MNEME_RECALL_FUSION", Some("scores"),
@@ -200,6 +200,8 @@ settings! {
             "Share of its relevance (in recall and in surfacing) a memory loses when it is written in another script than the query (Hangul or Han/kana when at least an eighth of a text's words are, else an alphabet): a question asked in Korean prefers the Korean note to an equally close English one. 0 turns it off.";
         RECALL_FULLTEXT_TOPIC_WEIGHT = "MNEME_RECALL_FULLTEXT_TOPIC_WEIGHT", Some("10"),
             "How much a query term found in a memory's topic counts in full-text ranking, against 1 for a term found in its content: the topic names what a memory is about, a word in its text may be in passing. 1 counts both alike. Applies to stored memories at once (each part of a memory is indexed with its own label).";
+        RECALL_FULLTEXT_IDF = "MNEME_RECALL_FULLTEXT_IDF", Some("true"),
+            "Whether full-text ranking weighs each query term by how rare it is among the key set's memories (BM25's inverse document frequency, estimated from the term sample of `MNEME_RECALL_TERM_SAMPLE_SIZE`): a match on a word few memories hold counts more than one on a word most of them hold. false counts every term alike (`ts_rank` alone).";
         RECALL_FULLTEXT_KEYWORD_WEIGHT = "MNEME_RECALL_FULLTEXT_KEYWORD_WEIGHT", Some("1"),
             "How much a query term found in a memory's keywords (given with it, or extracted from its content when none were) counts in full-text ranking, against 1 for a term found in its content. 1 by default: extracted keywords repeat the content's own words, and counting them more measured worse (docs/BENCHMARKS.md).";
         RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),

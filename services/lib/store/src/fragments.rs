@@ -648,31 +648,62 @@ pub async fn graph_neighbors(
     Ok(hits(rows))
 }
 
+/// The terms that rank full-text matches: `tsquery` literals, each with
+/// the weight its `ts_rank` counts with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankTerms {
+    pub literals: Vec<String>,
+    pub weights: Vec<f32>,
+}
+
+impl RankTerms {
+    /// One literal ranking on its own (as `ts_rank` ranks it).
+    pub fn whole(literal: &str) -> Self {
+        Self {
+            literals: vec![literal.to_owned()],
+            weights: vec![1.0],
+        }
+    }
+}
+
 /// Full-text matches of the `filter` tsquery literal, ranked by how well
-/// they match the `rank` literal (`ts_rank` normalised by document length,
-/// a match in each field counted by `fields`). The two literals differ when
-/// the filter leaves out terms so common that matching them would read much
-/// of the tenant (see `recall::term_stats`).
+/// they match the `rank` terms: the weighted sum of each term's `ts_rank`
+/// (normalised by document length, a match in each field counted by
+/// `fields`). The filter leaves out terms so common that matching them
+/// would read much of the tenant, and the weights count rarer terms more
+/// (see `recall::term_stats`).
 pub async fn fulltext_search(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
     filter: &str,
-    rank: &str,
+    rank: &RankTerms,
     fields: FieldWeights,
     limit: i64,
 ) -> Result<Vec<Hit>> {
-    let weights = fields.ts_rank_weights();
+    let field_weights = fields.ts_rank_weights();
     let rows = tx
         .query(
             &format!(
-                "SELECT id, ts_rank($22::real[], search_tsv, r, 1) AS rank
+                // One `ts_rank` per term: its weights have no place in a
+                // single tsquery. The casts in FROM parse once per query.
+                "SELECT id, (SELECT sum(ts_rank($22::real[], f.search_tsv, t.term, 1) * t.weight)
+                               FROM unnest(terms, $23::real[]) AS t(term, weight)) AS rank
                    FROM mneme.fragments f, CAST($19::text AS tsquery) AS q,
-                        CAST($21::text AS tsquery) AS r
+                        CAST($21::text[] AS tsquery[]) AS terms
                   WHERE {SCOPE} AND search_tsv @@ q
                   ORDER BY rank DESC, importance DESC, created_at DESC, id
                   LIMIT $20"
             ),
-            &scope.params(&tx.tenant_id(), &[&filter, &limit, &rank, &weights]),
+            &scope.params(
+                &tx.tenant_id(),
+                &[
+                    &filter,
+                    &limit,
+                    &rank.literals,
+                    &field_weights,
+                    &rank.weights,
+                ],
+            ),
         )
         .await?;
     Ok(hits(rows))

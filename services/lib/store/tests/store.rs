@@ -7,7 +7,7 @@ use mneme_core::Permission;
 use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::{FieldWeights, Tokenizer};
 use mneme_store::api_keys::NewKey;
-use mneme_store::fragments::{self, Author, ForgetTarget, SearchScope, WriteOutcome};
+use mneme_store::fragments::{self, Author, ForgetTarget, RankTerms, SearchScope, WriteOutcome};
 use mneme_store::{Store, StoreOptions, TenantTx, api_keys, cases, key_groups, links, tenants};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
@@ -618,9 +618,16 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
     let keys = [t.key_id];
     let korean = tokenizer.tsquery_literal("에스프레소 좋아해?").unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &korean, &korean, FIELDS, 10)
-        .await
-        .unwrap();
+    let hits = fragments::fulltext_search(
+        &tx,
+        &scope(&keys),
+        &korean,
+        &RankTerms::whole(&korean),
+        FIELDS,
+        10,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         hits.iter().map(|h| h.id).collect::<Vec<_>>(),
         vec![espresso]
@@ -628,9 +635,16 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     let english = tokenizer
         .tsquery_literal("when are deploys blocked")
         .unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &english, &english, FIELDS, 10)
-        .await
-        .unwrap();
+    let hits = fragments::fulltext_search(
+        &tx,
+        &scope(&keys),
+        &english,
+        &RankTerms::whole(&english),
+        FIELDS,
+        10,
+    )
+    .await
+    .unwrap();
     assert_eq!(hits.first().map(|h| h.id), Some(deploy));
 
     let hits = fragments::keyword_search(&tx, &scope(&keys), &["deployments".into()], 10)
@@ -640,10 +654,17 @@ async fn fulltext_and_keyword_layers_find_korean_and_english() {
     // Another key of the same tenant sees nothing of this key's fragments.
     let other = [Uuid::new_v4()];
     assert!(
-        fragments::fulltext_search(&tx, &scope(&other), &english, &english, FIELDS, 10)
-            .await
-            .unwrap()
-            .is_empty()
+        fragments::fulltext_search(
+            &tx,
+            &scope(&other),
+            &english,
+            &RankTerms::whole(&english),
+            FIELDS,
+            10
+        )
+        .await
+        .unwrap()
+        .is_empty()
     );
 }
 
@@ -662,15 +683,66 @@ async fn fulltext_matches_by_its_filter_and_ranks_by_every_term() {
     let keys = [t.key_id];
     let rank = tokenizer.tsquery_literal("canary ledger deploy").unwrap();
     let filter = tokenizer.tsquery_literal("canary").unwrap();
-    let hits = fragments::fulltext_search(&tx, &scope(&keys), &filter, &rank, FIELDS, 10)
-        .await
-        .unwrap();
+    let hits = fragments::fulltext_search(
+        &tx,
+        &scope(&keys),
+        &filter,
+        &RankTerms::whole(&rank),
+        FIELDS,
+        10,
+    )
+    .await
+    .unwrap();
     // Only fragments with the filter's term; the one sharing more of the
     // ranking terms first.
     assert_eq!(
         hits.iter().map(|h| h.id).collect::<Vec<_>>(),
         vec![both, rare]
     );
+}
+
+#[tokio::test]
+async fn fulltext_counts_each_rank_term_by_its_weight() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let t = create_tenant(&store, "weighted", ALL_PERMISSIONS).await;
+    let canary = remember(&store, &t, "The canary build was promoted.").await;
+    let ledger = remember(&store, &t, "The ledger export finished.").await;
+    let tokenizer = Tokenizer::default();
+
+    let mut client = store.client().await.unwrap();
+    let tx = TenantTx::begin(&mut client, t.tenant_id).await.unwrap();
+    let keys = [t.key_id];
+    let filter = tokenizer.tsquery_literal("canary ledger").unwrap();
+    let terms = |canary: f32, ledger: f32| RankTerms {
+        literals: vec![
+            tokenizer.tsquery_literal("canary").unwrap(),
+            tokenizer.tsquery_literal("ledger").unwrap(),
+        ],
+        weights: vec![canary, ledger],
+    };
+    let ranked = |rank: RankTerms| {
+        let (tx, keys, filter) = (&tx, &keys, &filter);
+        async move {
+            fragments::fulltext_search(tx, &scope(keys), filter, &rank, FIELDS, 10)
+                .await
+                .unwrap()
+        }
+    };
+    let first = ranked(terms(0.9, 0.1)).await;
+    assert_eq!(
+        first.iter().map(|h| h.id).collect::<Vec<_>>(),
+        vec![canary, ledger]
+    );
+    let second = ranked(terms(0.1, 0.9)).await;
+    assert_eq!(
+        second.iter().map(|h| h.id).collect::<Vec<_>>(),
+        vec![ledger, canary]
+    );
+    // A weight scales its term's own rank: the canary memory's rank fell
+    // from 0.9 to 0.1 of the same `ts_rank`.
+    let ratio = first[0].score / second[1].score;
+    assert!((ratio - 9.0).abs() < 0.01, "{ratio}");
 }
 
 #[tokio::test]
@@ -695,12 +767,19 @@ async fn fulltext_ranks_a_topic_match_by_the_field_weights() {
     let ranked = |fields| {
         let (tx, keys, query) = (&tx, &keys, &query);
         async move {
-            fragments::fulltext_search(tx, &scope(keys), query, query, fields, 10)
-                .await
-                .unwrap()
-                .iter()
-                .map(|h| h.id)
-                .collect::<Vec<_>>()
+            fragments::fulltext_search(
+                tx,
+                &scope(keys),
+                query,
+                &RankTerms::whole(query),
+                fields,
+                10,
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect::<Vec<_>>()
         }
     };
     // Counted alike, the memory with both terms, one twice, matches more.
