@@ -18,8 +18,8 @@
 //!   also asks for the rarest seen terms all together: as few of them as
 //!   are expected (taking terms as independent) to fit the budget.
 //!
-//! Key sets whose whole size fits the budget are never narrowed, so small
-//! tenants (and every retrieval benchmark) search exactly as before.
+//! Key sets whose whole size fits the budget are never narrowed: in small
+//! tenants (and every retrieval benchmark) any query term matches.
 //!
 //! The same sample weighs the terms that rank the matches
 //! (`MNEME_RECALL_FULLTEXT_IDF`): each term's `ts_rank` counts with BM25's
