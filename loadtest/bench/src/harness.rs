@@ -21,9 +21,11 @@ pub struct Bench {
     pub settings: Vec<(String, String)>,
 }
 
-/// How often [`Bench::spawn_autoanalyze`] looks for tables to analyse
-/// (autovacuum's default naptime).
-pub const AUTOANALYZE_NAPTIME: Duration = Duration::from_secs(60);
+/// How often [`Bench::spawn_autoanalyze`] looks for tables to analyse: the
+/// `autovacuum_naptime` docs/SCALING.md recommends (PostgreSQL's default is a
+/// minute, during which a tenant's import is planned on statistics taken
+/// before it).
+pub const AUTOANALYZE_NAPTIME: Duration = Duration::from_secs(10);
 
 /// Per-key request and write limits lifted for every benchmark (a
 /// `--setting` of the same name wins).
