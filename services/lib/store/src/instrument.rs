@@ -14,7 +14,7 @@ use std::time::Instant;
 use deadpool_postgres::{Pool, WeakPool};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{HistogramOpts, HistogramVec, IntGauge, Opts};
+use prometheus::{Gauge, HistogramOpts, HistogramVec, IntGauge, Opts};
 use tracing::Instrument;
 
 use mneme_telemetry::DB_SPAN_TARGET;
@@ -66,6 +66,18 @@ pub(crate) static SEARCH_OPERATORS_LEAKPROOF: LazyLock<IntGauge> = LazyLock::new
         IntGauge::with_opts(Opts::new(
             "mneme_db_search_operators_leakproof",
             "1 when the full-text and keyword operators are leakproof, so their indexes serve searches under row-level security; 0 when every search reads all of a tenant's memories.",
+        ))
+        .expect("valid metric"),
+    )
+});
+
+/// How often autovacuum looks for tables to analyse, in seconds; 0 when it
+/// is off (see `Store::check_statistics_upkeep`).
+pub(crate) static AUTOVACUUM_NAPTIME: LazyLock<Gauge> = LazyLock::new(|| {
+    register(
+        Gauge::with_opts(Opts::new(
+            "mneme_db_autovacuum_naptime_seconds",
+            "How often the database server's autovacuum looks for tables to analyse (autovacuum_naptime), in seconds; 0 when autovacuum is off.",
         ))
         .expect("valid metric"),
     )

@@ -391,7 +391,9 @@ impl Store {
 
     /// Builds the pool and runs the start-up checks every service needs:
     /// the role cannot bypass row-level security, and the embedding column
-    /// has the configured dimension.
+    /// has the configured dimension. It warns, without refusing, where the
+    /// server's set-up would slow searches (operators not leakproof) or
+    /// imports (statistics refreshed too seldom).
     pub async fn open(config: &mneme_config::Config) -> Result<Self> {
         let store = Self::from_config(&config.database)?;
         store.watch_answers(config.database.probe_interval);
@@ -402,6 +404,7 @@ impl Store {
             .check_embedding_dimension(config.embedding.dim)
             .await?;
         store.check_search_operators().await?;
+        store.check_statistics_upkeep().await?;
         Ok(store)
     }
 
@@ -513,6 +516,48 @@ impl Store {
         Ok(leakproof)
     }
 
+    /// How often autovacuum refreshes the planner's statistics. Plans
+    /// estimate a tenant's rows from its partition's last `ANALYZE`, and a
+    /// tenant importing faster than that is planned as the few memories it
+    /// held then: its link lookups walked all its memories for each keyword,
+    /// 24 times as slow as after an `ANALYZE` (docs/BENCHMARKS.md,
+    /// "Statistics that keep up with an import"). Warns when autovacuum is
+    /// off or looks less often than [`STATISTICS_NAPTIME_LIMIT`], and
+    /// exports `mneme_db_autovacuum_naptime_seconds` (0 when off). Advice,
+    /// not a refusal: plans catch up at the next analysis.
+    pub async fn check_statistics_upkeep(&self) -> Result<StatisticsUpkeep> {
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT current_setting('autovacuum')::bool,
+                        extract(epoch FROM current_setting('autovacuum_naptime')::interval)::float8",
+                &[],
+            )
+            .await?;
+        let upkeep = StatisticsUpkeep {
+            autovacuum: row.get(0),
+            naptime: Duration::from_secs_f64(row.get(1)),
+        };
+        let naptime_secs = upkeep.naptime.as_secs_f64();
+        instrument::AUTOVACUUM_NAPTIME.set(if upkeep.autovacuum { naptime_secs } else { 0.0 });
+        if !upkeep.autovacuum {
+            tracing::warn!(
+                "autovacuum is off, so the planner's statistics follow no import: run \
+                 `ANALYZE mneme.fragments` after large imports or turn it on \
+                 (docs/SCALING.md, \"Server settings\")"
+            );
+        } else if upkeep.naptime > STATISTICS_NAPTIME_LIMIT {
+            tracing::warn!(
+                naptime_secs,
+                "autovacuum looks for tables to analyse only every {naptime_secs} s, so a \
+                 tenant's import is planned on statistics from before it for as long: set \
+                 `autovacuum_naptime = 10s` (docs/SCALING.md, \"Server settings\")"
+            );
+        }
+        Ok(upkeep)
+    }
+
     /// Refuses to run when the embedding column's dimension differs from the
     /// configured one (vectors of another size cannot be stored or compared).
     pub async fn check_embedding_dimension(&self, expected: usize) -> Result<()> {
@@ -554,6 +599,21 @@ impl std::fmt::Debug for TenantTx<'_> {
             .finish_non_exhaustive()
     }
 }
+
+/// The server's autovacuum, as [`Store::check_statistics_upkeep`] found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatisticsUpkeep {
+    /// Whether autovacuum runs at all.
+    pub autovacuum: bool,
+    /// How often it looks for tables to analyse (`autovacuum_naptime`).
+    pub naptime: Duration,
+}
+
+/// The longest autovacuum naptime [`Store::check_statistics_upkeep`] accepts
+/// without a warning. docs/SCALING.md recommends 10 s; PostgreSQL's default
+/// minute lets a tenant importing 1,000 memories a second run 60,000 past
+/// its statistics.
+pub const STATISTICS_NAPTIME_LIMIT: Duration = Duration::from_secs(30);
 
 /// Rows a partition's statistics must count before a generic plan made
 /// for it is kept between statements ([`TenantTx::query_with_generic_plans`]).

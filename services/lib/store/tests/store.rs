@@ -8,7 +8,9 @@ use mneme_core::fragment::{FragmentLimits, RememberInput, prepare};
 use mneme_core::text::{FieldWeights, Tokenizer};
 use mneme_store::api_keys::NewKey;
 use mneme_store::fragments::{self, Author, ForgetTarget, RankTerms, SearchScope, WriteOutcome};
-use mneme_store::{Store, StoreOptions, TenantTx, api_keys, cases, key_groups, links, tenants};
+use mneme_store::{
+    StatisticsUpkeep, Store, StoreOptions, TenantTx, api_keys, cases, key_groups, links, tenants,
+};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestTenant, create_tenant};
 use pgvector::Vector;
 use uuid::Uuid;
@@ -268,6 +270,39 @@ async fn service_role_is_checked_and_owner_role_refused() {
 
 /// A statement the planner estimates as expensive is not compiled: JIT
 /// spent 0.6-1.0 s compiling 20 ms link lookups (docs/BENCHMARKS.md).
+/// The start-up check reports autovacuum as the server runs it (read here
+/// from `pg_settings`, in seconds, not by the check's own interval parsing)
+/// and exports it.
+#[tokio::test]
+async fn statistics_upkeep_is_reported_as_the_server_runs_it() {
+    let db = TestDatabase::create().await;
+    let store = db.store();
+    let row = db
+        .owner_client()
+        .await
+        .query_one(
+            "SELECT (SELECT setting FROM pg_settings WHERE name = 'autovacuum'),
+                    (SELECT setting::int8 FROM pg_settings WHERE name = 'autovacuum_naptime')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (autovacuum, naptime_secs): (String, i64) = (row.get(0), row.get(1));
+    let expected = StatisticsUpkeep {
+        autovacuum: autovacuum == "on",
+        naptime: std::time::Duration::from_secs(naptime_secs as u64),
+    };
+
+    assert_eq!(store.check_statistics_upkeep().await.unwrap(), expected);
+    let exported = if expected.autovacuum { naptime_secs } else { 0 };
+    assert!(
+        mneme_telemetry::metrics::render()
+            .lines()
+            .any(|line| line == format!("mneme_db_autovacuum_naptime_seconds {exported}")),
+        "the gauge reads {exported}"
+    );
+}
+
 #[tokio::test]
 async fn statements_are_never_jit_compiled_however_costly_their_estimate() {
     let db = TestDatabase::create().await;
