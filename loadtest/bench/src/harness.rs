@@ -9,8 +9,10 @@ use mneme_e2e_tests::{Mcp, Stack};
 use mneme_test_support::{ALL_PERMISSIONS, create_tenant};
 use rmcp::model::CallToolRequestParams;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use uuid::Uuid;
+
+use crate::generated;
 
 /// A running stack and the settings it was started with.
 #[derive(Debug)]
@@ -273,6 +275,20 @@ pub struct RecalledFragment {
     pub matched_by: Vec<String>,
 }
 
+/// The counts of a `batch_remember` result.
+#[derive(Debug, Clone, Deserialize)]
+struct BatchRemembered {
+    created: usize,
+    rejected: usize,
+    results: Vec<Value>,
+}
+
+/// The seed of the haystack's generated memories (any fixed value: the same
+/// haystack in every run and tenant).
+pub const HAYSTACK_SEED: u64 = 0x6861_7973;
+/// Memories per `batch_remember` call (the tool's limit).
+const HAYSTACK_BATCH: usize = 200;
+
 /// A `remember` that was refused with a tool error (e.g. too short).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rejection {
@@ -297,6 +313,42 @@ impl Tenant {
             )),
             Err(message) => Ok(Err(message)),
         }
+    }
+
+    /// Stores `count` generated memories ([`crate::generated`], seed
+    /// [`HAYSTACK_SEED`]) through `batch_remember`, 200 a call: memories of
+    /// a software team in English and Korean that no benchmark query is
+    /// about, among which the corpus must still be found. Returns how many
+    /// were stored (the generator repeats a few of its texts).
+    pub async fn store_haystack(&self, count: usize) -> anyhow::Result<usize> {
+        let mut stored = 0;
+        let mut next = 0;
+        while next < count {
+            let end = (next + HAYSTACK_BATCH).min(count);
+            let items: Vec<Value> = (next..end)
+                .map(|index| {
+                    Value::Object(generated::memory(HAYSTACK_SEED, 0, index as u64).arguments())
+                })
+                .collect();
+            let result = call(&self.mcp, "batch_remember", json!({"fragments": items}))
+                .await?
+                .map_err(|message| anyhow::anyhow!("batch_remember failed: {message}"))?;
+            let created: BatchRemembered =
+                serde_json::from_value(result).context("unexpected batch_remember result")?;
+            if created.rejected > 0 {
+                bail!(
+                    "{} generated memories were rejected: {:?}",
+                    created.rejected,
+                    created.results
+                );
+            }
+            stored += created.created;
+            next = end;
+            if next % 2_000 == 0 || next == count {
+                eprintln!("{}: haystack {next}/{count}", self.name);
+            }
+        }
+        Ok(stored)
     }
 
     /// Calls `recall` and measures the round trip as the client sees it.

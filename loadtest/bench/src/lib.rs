@@ -8,6 +8,8 @@
 //! - [`metrics`]: Recall@k, MRR@k, nDCG@k (memtomem's definitions),
 //!   recall_any/all@k (LoCoMo), percentiles; pure functions with unit tests.
 //! - [`data`]: the JSON Lines datasets of `shared/bench`.
+//! - [`generated`]: generated memories and questions of a software team
+//!   (the haystack of `--haystack`, and `mneme-loadtest`'s data).
 //! - [`harness`]: the stack, tenants, typed tool calls, the wait for the
 //!   embedding worker, the run environment.
 //! - [`memtomem`]: the bilingual corpus (Recall@10 / MRR@10 / nDCG@10 by
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod data;
+pub mod generated;
 pub mod harness;
 pub mod locomo;
 pub mod memtomem;

@@ -37,6 +37,11 @@ enum Command {
         /// One tenant per language instead of one for the whole corpus.
         #[arg(long)]
         tenant_per_language: bool,
+        /// Store this many generated memories of a software team in each
+        /// tenant before the corpus (none is relevant to a query): recall
+        /// in a tenant of realistic size.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        haystack: usize,
     },
     /// Active surfacing on the memtomem corpus: coverage and precision at
     /// the default threshold, by language and bucket; added latency.
@@ -154,6 +159,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             common,
             misses,
             tenant_per_language,
+            haystack,
         } => {
             check_output(common.out.as_ref())?;
             check_output(misses.as_ref())?;
@@ -168,6 +174,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 settings: common.settings,
                 token_budget: common.token_budget,
                 tenant_per_language,
+                haystack,
                 embed_timeout: Duration::from_secs(common.embed_timeout),
             };
             let report = memtomem::run(&corpus, &options).await?;

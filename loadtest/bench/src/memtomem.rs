@@ -49,6 +49,9 @@ pub struct Options {
     /// One tenant per language instead of one for the whole corpus, the
     /// layout of memtomem's per-language tracks.
     pub tenant_per_language: bool,
+    /// Generated memories stored in each tenant before the corpus
+    /// ([`Tenant::store_haystack`]); never relevant to a query.
+    pub haystack: usize,
     pub embed_timeout: Duration,
 }
 
@@ -59,6 +62,7 @@ impl Default for Options {
             settings: Vec::new(),
             token_budget: 100_000,
             tenant_per_language: false,
+            haystack: 0,
             embed_timeout: Duration::from_secs(600),
         }
     }
@@ -189,6 +193,8 @@ pub struct Report {
     pub environment: Environment,
     pub settings: RunSettings,
     pub chunks: usize,
+    /// Generated memories stored in each tenant besides the corpus.
+    pub haystack: usize,
     pub episodes: usize,
     pub longest_content_chars: usize,
     pub ingest: IngestStats,
@@ -311,6 +317,21 @@ async fn measure(
             .with_context(|| format!("no tenant holds language {lang:?}"))
     };
 
+    // The haystack first, so the corpus arrives last, as the newest
+    // memories of a tenant that already holds many.
+    // Its embeddings are waited for, so that the corpus's ingest figures
+    // do not include the haystack's backlog.
+    let mut haystack = 0;
+    if options.haystack > 0 {
+        for tenant in tenants.values() {
+            haystack = tenant.store_haystack(options.haystack).await?;
+        }
+        let ids: Vec<_> = tenants.values().map(|t| t.id).collect();
+        bench
+            .wait_for_embeddings(&ids, options.embed_timeout)
+            .await?;
+    }
+
     // Ingest: sequential, one client, in corpus order.
     let mut fragment_chunks: HashMap<String, Vec<String>> = HashMap::new();
     let mut counter = IngestCounter::default();
@@ -361,6 +382,11 @@ async fn measure(
         .wait_for_embeddings(&tenant_ids, options.embed_timeout)
         .await?;
     let ingest = counter.finish(ingest, started.elapsed());
+    if options.haystack > 0 {
+        // The planner must know the tenant holds thousands of memories, as
+        // autovacuum would tell it (this machine runs without it).
+        bench.analyze().await?;
+    }
 
     let mut settings = RunSettings::new(bench, K as u32, options.token_budget, layout);
     if let Some(tenant) = tenant_ids.first()
@@ -378,11 +404,18 @@ async fn measure(
 
     let chunks_by_id: HashMap<&str, &Chunk> =
         corpus.chunks.iter().map(|c| (c.id.as_str(), c)).collect();
+    // A haystack memory keeps its rank under an id of its own that no
+    // query counts as relevant.
     let chunk_ids_of = |recalled: &Recalled| -> Vec<String> {
         recalled
             .fragments
             .iter()
-            .flat_map(|f| fragment_chunks.get(&f.id).cloned().unwrap_or_default())
+            .flat_map(|f| {
+                fragment_chunks
+                    .get(&f.id)
+                    .cloned()
+                    .unwrap_or_else(|| vec![haystack_id(&f.id)])
+            })
             .collect()
     };
 
@@ -508,6 +541,7 @@ async fn measure(
         environment,
         settings,
         chunks: corpus.chunks.len(),
+        haystack,
         episodes,
         longest_content_chars: longest,
         ingest,
@@ -524,6 +558,14 @@ async fn measure(
         misses,
     })
 }
+
+/// The id under which a returned haystack memory is listed.
+pub fn haystack_id(fragment_id: &str) -> String {
+    format!("{HAYSTACK_PREFIX}{fragment_id}")
+}
+
+/// Prefix of [`haystack_id`].
+pub const HAYSTACK_PREFIX: &str = "haystack:";
 
 /// Maps returned fragments back to corpus chunks.
 struct Lookup<'a> {
@@ -602,10 +644,7 @@ async fn analyse_miss(
         .enumerate()
         .map(|(index, fragment)| {
             let chunk = lookup.chunk_of(&fragment.id);
-            let chunk_id = chunk.map_or_else(
-                || format!("unknown fragment {}", fragment.id),
-                |c| c.id.clone(),
-            );
+            let chunk_id = chunk.map_or_else(|| haystack_id(&fragment.id), |c| c.id.clone());
             Hit {
                 rank: index + 1,
                 lang: chunk.map(|c| c.lang.clone()).unwrap_or_default(),
@@ -663,13 +702,20 @@ pub fn summary(report: &Report) -> String {
         _ => "no vectors".to_owned(),
     };
     out.push_str(&format!(
-        "memtomem corpus v2: {} chunks ({} episodes), {} queries; embedder {} ({model}); {}\n\n",
+        "memtomem corpus v2: {} chunks ({} episodes), {} queries; embedder {} ({model}); {}\n",
         report.chunks,
         report.episodes,
         report.overall.queries,
         report.settings.embedder,
         report.settings.tenants,
     ));
+    if report.haystack > 0 {
+        out.push_str(&format!(
+            "among {} generated memories in each tenant\n",
+            report.haystack
+        ));
+    }
+    out.push('\n');
     let row = |label: &str, s: &Scores| {
         format!(
             "{label:<24}{:>5}{:>11.3}{:>9.3}{:>10.3}\n",

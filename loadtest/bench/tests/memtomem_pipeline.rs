@@ -1,14 +1,18 @@
 //! The memtomem pipeline end to end on a small slice of the corpus: the
 //! 32 caching chunks (English and Korean), two portfolio queries, and two
-//! queries that copy one chunk's body, which must come back first.
+//! queries that copy one chunk's body, which must come back first; and the
+//! same among a haystack of generated memories.
 //!
 //! Needs the environment of `~/.local/share/mneme/env` (database, Redis,
 //! e5 model) and the bench data (`MNEME_BENCH_DATA`, default
 //! `/work/shared/bench`).
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
 use mneme_bench::data::{Corpus, Query};
+use mneme_bench::generated;
+use mneme_bench::harness::HAYSTACK_SEED;
 use mneme_bench::memtomem::{self, Options};
 
 fn corpus_dir() -> PathBuf {
@@ -97,5 +101,81 @@ async fn a_query_copying_a_chunk_ranks_it_first_in_english_and_korean() {
     for miss in &report.misses {
         assert_eq!(miss.top10.len(), memtomem::K);
         assert!(!miss.missing.is_empty(), "{miss:#?}");
+    }
+}
+
+#[tokio::test]
+async fn haystack_memories_keep_their_rank_and_are_never_relevant() {
+    const HAYSTACK: usize = 100;
+    let full = Corpus::load(&corpus_dir()).expect("the memtomem corpus loads");
+    let chunks: Vec<_> = full
+        .chunks
+        .iter()
+        .filter(|c| c.topic == "caching" && c.lang == "en")
+        .cloned()
+        .collect();
+    let buried = (0..HAYSTACK as u64)
+        .map(|i| generated::memory(HAYSTACK_SEED, 0, i))
+        .find(|m| m.language == generated::Language::English)
+        .expect("most generated memories are in English");
+    let corpus = Corpus {
+        chunks,
+        queries: vec![
+            copy_of(&full, "en/caching/adr#1", "copy-chunk"),
+            Query {
+                id: "copy-haystack".into(),
+                text: buried.content.clone(),
+                targets: Vec::new(),
+                kind: "copy".into(),
+                lang: "en".into(),
+                genre: None,
+            },
+        ],
+    };
+    let options = Options {
+        haystack: HAYSTACK,
+        ..Options::default()
+    };
+
+    let report = memtomem::run(&corpus, &options)
+        .await
+        .expect("the benchmark runs");
+
+    let distinct: HashSet<String> = (0..HAYSTACK as u64)
+        .map(|i| generated::memory(HAYSTACK_SEED, 0, i).content)
+        .collect();
+    assert_eq!(report.haystack, distinct.len());
+    assert_eq!(report.ingest.created, 16, "the haystack is not the corpus");
+    let result = |id: &str| {
+        report
+            .per_query
+            .iter()
+            .find(|r| r.id == id)
+            .expect("every query has a result")
+    };
+    let chunk = result("copy-chunk");
+    assert_eq!(chunk.retrieved[0], "en/caching/adr#1", "{chunk:#?}");
+    assert_eq!(chunk.mrr, 1.0);
+    // The generated memory is found first, under a haystack id, and counts
+    // for nothing.
+    let haystack = result("copy-haystack");
+    assert!(
+        haystack.retrieved[0].starts_with(memtomem::HAYSTACK_PREFIX),
+        "{haystack:#?}"
+    );
+    assert!(haystack.relevant.is_empty());
+    assert_eq!(
+        (haystack.recall, haystack.mrr, haystack.ndcg),
+        (0.0, 0.0, 0.0)
+    );
+    let corpus_ids: HashSet<&str> = corpus.chunks.iter().map(|c| c.id.as_str()).collect();
+    for result in &report.per_query {
+        assert_eq!(result.retrieved.len(), memtomem::K, "{result:#?}");
+        for id in &result.retrieved {
+            assert!(
+                corpus_ids.contains(id.as_str()) || id.starts_with(memtomem::HAYSTACK_PREFIX),
+                "{id}"
+            );
+        }
     }
 }

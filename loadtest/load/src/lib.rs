@@ -13,7 +13,8 @@
 //! - [`target`]: the endpoint and keys; the loopback check.
 //! - [`mcp`]: connecting, calling a tool, naming failures
 //!   (`http_429`, `jsonrpc_-32000`, `tool_rate_limited`, `timeout`, …).
-//! - [`data`]: the deterministic generator of memories and questions.
+//! - [`data`]: the deterministic generator of memories and questions
+//!   (`mneme_bench::generated`, shared with the benchmarks' haystack).
 //! - [`run`]: open and closed loop, warm-up, the progress line; latency
 //!   from the scheduled time in open loop (no coordinated omission).
 //! - [`stats`]: histograms and failure counts per operation; percentiles.
@@ -33,7 +34,7 @@
 
 pub mod backfill;
 pub mod commands;
-pub mod data;
+pub use mneme_bench::generated as data;
 pub mod db_time;
 pub mod mcp;
 pub mod report;

@@ -1,8 +1,11 @@
 //! Made-up but plausible memories and questions of a software team, in
 //! English and Korean: seven types, sixteen topics, lengths from one
 //! short sentence to a 1000-character episode. Everything is a pure
-//! function of `(seed, stream, index)`, so a seed run is reproducible and
-//! parallel writers never need to agree on anything.
+//! function of `(seed, stream, index)`, so a seeded data set is
+//! reproducible and parallel writers never need to agree on anything.
+//!
+//! `mneme-loadtest` seeds and loads tenants with them (as its `data`
+//! module); `mneme-bench --haystack` buries a benchmark's corpus among them.
 
 use serde_json::{Map, Value, json};
 
