@@ -22,7 +22,8 @@
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
 //!    the full-text and keyword layers run, pipelined on one connection;
 //! 2. the vector layer searches the HNSW index of the tenant's partition;
-//! 3. the graph layer adds fragments one link away from the best hits;
+//! 3. the graph layer, when `MNEME_RECALL_GRAPH_WEIGHT` turns it on (off by
+//!    default), adds fragments one link away from the best hits;
 //! 4. the layers are fused by id (`MNEME_RECALL_FUSION`: normalised scores,
 //!    or Reciprocal Rank Fusion);
 //! 5. the final score blends fused relevance (discounted for a memory in

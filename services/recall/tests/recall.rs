@@ -12,6 +12,9 @@ use mneme_embed::hash::HashEmbedder;
 use mneme_proto::v1::{RecallRequest, RecallResponse, RememberRequest};
 use mneme_test_support::ALL_PERMISSIONS;
 
+/// The graph layer's weight in tests of the layer (it is off by default).
+const GRAPH_WEIGHT: f64 = 0.5;
+
 fn text(query: &str) -> RecallRequest {
     RecallRequest {
         text: Some(query.into()),
@@ -385,6 +388,7 @@ mod filters_and_pages {
         // depend on the fusion.
         let mut recall = mneme_config::Config::defaults().recall;
         recall.fusion = mneme_core::scoring::Fusion::Rrf { k: 60.0 };
+        recall.graph_weight = GRAPH_WEIGHT;
         let (h, ids) = Box::pin(inventory_ranked_by(recall)).await;
         h.embed_all().await;
         let query = inventory_page;
@@ -558,7 +562,9 @@ mod filters_and_pages {
 
     #[tokio::test]
     async fn the_graph_layer_adds_linked_fragments_and_links_carry_previews() {
-        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let mut recall = mneme_config::Config::defaults().recall;
+        recall.graph_weight = GRAPH_WEIGHT;
+        let h = Harness::with_recall_config(Arc::new(HashEmbedder::new(384)), recall).await;
         let cause = h
             .put(fact("The payment outage started after the DNS change."))
             .await;

@@ -871,7 +871,10 @@ async fn a_contradiction_quarantines_related_links_and_useful_feedback_restores_
     let mut settings = mneme_config::Config::defaults().remember;
     settings.temporal_link_hours = 0.0;
     settings.proactive_links = false;
-    let h = Harness::with_remember_config(Arc::new(HashEmbedder::new(384)), settings).await;
+    // The graph layer (off by default) must be on for its filter to show.
+    let mut recall = mneme_config::Config::defaults().recall;
+    recall.graph_weight = 0.5;
+    let h = Harness::with_configs(Arc::new(HashEmbedder::new(384)), settings, recall).await;
     let a = h
         .put(memory("Staging deploys run every hour.", "fact", "deploy"))
         .await;

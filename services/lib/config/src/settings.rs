@@ -168,7 +168,7 @@ settings! {
             "Address the recall service listens on for gRPC.";
         RECALL_CANDIDATES = "MNEME_RECALL_CANDIDATES", Some("30"),
             "Candidates each search layer (vector, full-text, keyword) contributes to the fusion.";
-        RECALL_FULLTEXT_READ_BUDGET = "MNEME_RECALL_FULLTEXT_READ_BUDGET", Some("5000"),
+        RECALL_FULLTEXT_READ_BUDGET = "MNEME_RECALL_FULLTEXT_READ_BUDGET", Some("2000"),
             "Rows the full-text layer may expect to read per recall. On key sets larger than this, query terms so common that matching them would exceed it are left out of the match (they still rank the matches); when every term is that common, matches must contain the rarest terms together, as few of them as are expected to fit. 0 always matches any term.";
         RECALL_TERM_SAMPLE_SIZE = "MNEME_RECALL_TERM_SAMPLE_SIZE", Some("2000"),
             "Newest memories of a key set sampled to estimate how common each term is (for `MNEME_RECALL_FULLTEXT_READ_BUDGET` and `MNEME_RECALL_FULLTEXT_IDF`).";
@@ -206,8 +206,8 @@ settings! {
             "How much a query term found in a memory's keywords (given with it, or extracted from its content when none were) counts in full-text ranking, against 1 for a term found in its content. 1 by default: extracted keywords repeat the content's own words, and counting them more measured worse (docs/BENCHMARKS.md).";
         RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),
             "Weight of the keyword layer (stored keywords matching the request's `keywords`; keywords are not extracted from `text`, which the full-text layer already covers) in the fusion; 0 turns the layer off.";
-        RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0.5"),
-            "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off. Lower than the direct layers: a neighbour of a match is supporting evidence, not a match.";
+        RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0"),
+            "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off, the default: it measured worse on every retrieval benchmark, most in a tenant of many memories, where neighbours of weak matches crowd out direct ones (docs/BENCHMARKS.md, \"A crowded tenant\"). Links still serve `includeLinks`, `graph_explore`, `reconstruct_history` and spreading activation. When on, keep it below the direct layers (0.5 was the default): a neighbour of a match is supporting evidence, not a match.";
         RECALL_GRAPH_SEEDS = "MNEME_RECALL_GRAPH_SEEDS", Some("10"),
             "How many top hits of the direct layers seed the graph layer.";
         RECALL_TRACK_ACCESS = "MNEME_RECALL_TRACK_ACCESS", Some("true"),
