@@ -22,10 +22,11 @@
 //! 1. the query embedding is computed (or read from the Redis cache) *while*
 //!    the full-text and keyword layers run, pipelined on one connection;
 //! 2. the vector layer searches the HNSW index of the tenant's partition;
-//! 3. the graph layer, when `MNEME_RECALL_GRAPH_WEIGHT` turns it on (off by
-//!    default), adds fragments one link away from the best hits;
-//! 4. the layers are fused by id (`MNEME_RECALL_FUSION`: normalised scores,
+//! 3. the layers are fused by id (`MNEME_RECALL_FUSION`: normalised scores,
 //!    or Reciprocal Rank Fusion);
+//! 4. the graph layer, when `MNEME_RECALL_GRAPH_WEIGHT` turns it on (off by
+//!    default), passes the relevance of the best fused hits on to the
+//!    fragments one link away, in proportion to the link's strength;
 //! 5. the final score blends fused relevance (discounted for a memory in
 //!    another script than the query) with importance and recency;
 //! 6. an optional external cross-encoder (`rerank`) reorders the best
@@ -59,7 +60,7 @@ use std::time::Instant;
 use chrono::{Timelike, Utc};
 use mneme_cache::Cache;
 use mneme_config::{Config, RecallConfig};
-use mneme_core::scoring::{Layer, RankedList};
+use mneme_core::scoring::{Layer, RankedList, spread_activation};
 use mneme_core::text::Tokenizer;
 use mneme_core::{Permission, Principal, Result};
 use mneme_embed::{Embedder, PassageRecipe, TextKind};
@@ -479,22 +480,9 @@ impl RecallServer {
         {
             lists.push(ranked(Layer::Keyword, weights.keyword_weight, hits));
         }
-        if self.settings.graph_weight > 0.0 && !lists.is_empty() {
-            let mut seeds: Vec<Uuid> = Vec::new();
-            for list in &lists {
-                for id in list.ids.iter().take(self.settings.graph_seeds) {
-                    if !seeds.contains(id) {
-                        seeds.push(*id);
-                    }
-                }
-            }
-            let hits = fragments::graph_neighbors(tx, &scope, &seeds, limit).await?;
-            if !hits.is_empty() {
-                lists.push(ranked(Layer::Graph, self.settings.graph_weight, &hits));
-            }
-        }
-        let layers = lists.iter().map(|l| l.layer.as_str().to_owned()).collect();
-        let counts = lists.iter().map(|l| (l.layer, l.ids.len())).collect();
+        let mut layers: Vec<String> = lists.iter().map(|l| l.layer.as_str().to_owned()).collect();
+        let mut counts: HashMap<Layer, usize> =
+            lists.iter().map(|l| (l.layer, l.ids.len())).collect();
 
         let candidates: HashMap<Uuid, Candidate> = if lists.is_empty() && query.text.is_none() {
             // No query at all: the most important recent fragments.
@@ -504,9 +492,27 @@ impl RecallServer {
                 .map(|hit| (hit.id, Candidate::default()))
                 .collect()
         } else {
-            self.settings
-                .fusion
-                .fuse(&lists)
+            let mut fused = self.settings.fusion.fuse(&lists);
+            if self.settings.graph_weight > 0.0 && !fused.is_empty() {
+                // The best fused hits pass their relevance on along links.
+                let seeds = &fused[..fused.len().min(self.settings.graph_seeds)];
+                let ids: Vec<Uuid> = seeds.iter().map(|f| f.id).collect();
+                let relevance: Vec<f32> = seeds.iter().map(|f| f.relevance as f32).collect();
+                let hits = fragments::graph_neighbors(tx, &scope, &ids, &relevance, limit).await?;
+                if !hits.is_empty() {
+                    layers.push(Layer::Graph.as_str().to_owned());
+                    counts.insert(Layer::Graph, hits.len());
+                    let activations: Vec<(Uuid, f64)> =
+                        hits.iter().map(|h| (h.id, f64::from(h.score))).collect();
+                    fused = spread_activation(
+                        fused,
+                        Layer::Graph,
+                        self.settings.graph_weight,
+                        &activations,
+                    );
+                }
+            }
+            fused
                 .into_iter()
                 .map(|fused| {
                     let candidate = Candidate {

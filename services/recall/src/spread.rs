@@ -68,7 +68,10 @@ impl Spread {
             return Ok(Vec::new());
         }
         let mut reached = seeds.clone();
-        for hit in fragments::graph_neighbors(&tx, &scope, &seeds, NEIGHBOURS).await? {
+        // Every seed matches the context alike: neighbours rank by link
+        // strength alone.
+        let alike = vec![1.0; seeds.len()];
+        for hit in fragments::graph_neighbors(&tx, &scope, &seeds, &alike, NEIGHBOURS).await? {
             if !reached.contains(&hit.id) {
                 reached.push(hit.id);
             }

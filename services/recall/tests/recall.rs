@@ -605,6 +605,64 @@ mod filters_and_pages {
     }
 
     #[tokio::test]
+    async fn a_graph_neighbour_inherits_the_relevance_of_the_hit_it_is_linked_to() {
+        // Regression: neighbours were scored by link weight alone, so the
+        // neighbour of the weakest hit ranked with that of the best one.
+        let mut recall = mneme_config::Config::defaults().recall;
+        recall.graph_weight = GRAPH_WEIGHT;
+        let h = Harness::with_recall_config(Arc::new(HashEmbedder::new(384)), recall).await;
+        let strong = h
+            .put(fact("The payment outage started after the DNS change."))
+            .await;
+        let weak = h
+            .put(fact("The DNS resolver was upgraded last spring."))
+            .await;
+        let of_strong = h
+            .put(fact("Customers saw checkout timeouts for forty minutes."))
+            .await;
+        let of_weak = h
+            .put(fact("The office plants are watered on Fridays."))
+            .await;
+        for (from_id, to_id) in [(&of_strong, &strong), (&of_weak, &weak)] {
+            h.remember
+                .link(
+                    &h.principal(),
+                    LinkRequest {
+                        from_id: from_id.clone(),
+                        to_id: to_id.clone(),
+                        relation_type: "related".into(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        let response = h.recall(text("payment outage after the DNS change")).await;
+        let found = |id: &String| {
+            let position = response.fragments.iter().position(|f| &f.id == id);
+            let fragment = &response.fragments[position.expect("recalled")];
+            (
+                position.unwrap(),
+                fragment.matched_by.clone(),
+                fragment.score,
+            )
+        };
+        let (strong_at, ..) = found(&strong);
+        let (weak_at, ..) = found(&weak);
+        let (of_strong_at, of_strong_by, of_strong_score) = found(&of_strong);
+        let (of_weak_at, of_weak_by, of_weak_score) = found(&of_weak);
+        assert_eq!(
+            (of_strong_by, of_weak_by),
+            (vec!["graph".to_owned()], vec!["graph".to_owned()])
+        );
+        assert!(strong_at < weak_at, "{response:?}");
+        assert!(
+            of_strong_at < of_weak_at && of_strong_score > of_weak_score,
+            "the neighbour of the better hit ranks higher: {response:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn link_previews_never_show_what_the_caller_cannot_read() {
         // Regression: the reference filled link previews without scoping
         // them to the caller's key.

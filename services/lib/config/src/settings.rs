@@ -207,9 +207,9 @@ settings! {
         RECALL_KEYWORD_WEIGHT = "MNEME_RECALL_KEYWORD_WEIGHT", Some("1.0"),
             "Weight of the keyword layer (stored keywords matching the request's `keywords`; keywords are not extracted from `text`, which the full-text layer already covers) in the fusion; 0 turns the layer off.";
         RECALL_GRAPH_WEIGHT = "MNEME_RECALL_GRAPH_WEIGHT", Some("0"),
-            "Weight of the graph layer (fragments one link away from the best hits of the other layers) in the fusion; 0 turns the layer off, the default: it measured worse on every retrieval benchmark, most in a tenant of many memories, where neighbours of weak matches crowd out direct ones (docs/BENCHMARKS.md, \"A crowded tenant\"). Links still serve `includeLinks`, `graph_explore`, `reconstruct_history` and spreading activation. When on, keep it below the direct layers (0.5 was the default): a neighbour of a match is supporting evidence, not a match.";
+            "Weight of the graph layer: a fragment one link away from one of the best fused hits of the other layers gains this weight times that hit's relevance times the link's strength (its weight times 1.5 for `caused_by` and `resolved_by`, at most 1). 0 turns the layer off, the default: it measured worse on LoCoMo and in a tenant of many memories, and no better on the memtomem corpus (docs/BENCHMARKS.md, \"Neighbours inherit relevance\"). Links still serve `includeLinks`, `graph_explore`, `reconstruct_history` and spreading activation. When on, keep it below 1: a neighbour of a match is supporting evidence, not a match.";
         RECALL_GRAPH_SEEDS = "MNEME_RECALL_GRAPH_SEEDS", Some("10"),
-            "How many top hits of the direct layers seed the graph layer.";
+            "How many of the best fused hits of the direct layers pass their relevance on to their neighbours in the graph layer.";
         RECALL_TRACK_ACCESS = "MNEME_RECALL_TRACK_ACCESS", Some("true"),
             "Count accesses of recalled fragments (access count, last access, activation) after answering; consolidation uses these for utility and decay.";
         RECALL_ACCESS_FLUSH_MS = "MNEME_RECALL_ACCESS_FLUSH_MS", Some("1000"),

@@ -168,6 +168,47 @@ fn merge<Id: Clone + Eq + Hash>(
     fused
 }
 
+/// Spreading activation over links, after the fusion of the direct layers:
+/// each `(id, activation)` of `activations` (a seed's relevance times the
+/// strength of the link that reaches the id, in [0, 1]) adds `weight` times
+/// its activation to the id's relevance, capped at 1. An id no layer found
+/// joins with that alone, so a neighbour of a weak hit stays weak however
+/// strong its link; ids keep their order among equal relevances.
+pub fn spread_activation<Id: Clone + Eq + Hash>(
+    mut fused: Vec<Fused<Id>>,
+    layer: Layer,
+    weight: f64,
+    activations: &[(Id, f64)],
+) -> Vec<Fused<Id>> {
+    let mut position: HashMap<Id, usize> = fused
+        .iter()
+        .enumerate()
+        .map(|(index, f)| (f.id.clone(), index))
+        .collect();
+    for (id, activation) in activations {
+        let gain = weight * activation.clamp(0.0, 1.0);
+        match position.get(id) {
+            Some(&index) => {
+                let found = &mut fused[index];
+                found.relevance = (found.relevance + gain).min(1.0);
+                if !found.layers.contains(&layer) {
+                    found.layers.push(layer);
+                }
+            }
+            None => {
+                position.insert(id.clone(), fused.len());
+                fused.push(Fused {
+                    id: id.clone(),
+                    relevance: gain.min(1.0),
+                    layers: vec![layer],
+                });
+            }
+        }
+    }
+    fused.sort_by(|a, b| b.relevance.total_cmp(&a.relevance));
+    fused
+}
+
 /// Weights of the final score. They need not sum to one; the score is only
 /// used for ordering.
 #[derive(Debug, Clone, PartialEq)]
@@ -269,6 +310,40 @@ mod tests {
         assert!(fused[2].relevance.abs() < 1e-12);
         let by_rank = rrf_fuse(&lists, 60.0);
         assert!((by_rank[0].relevance - by_rank[1].relevance).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_neighbour_gains_its_seeds_relevance_times_the_weight_and_no_more() {
+        let fused = score_fuse(&[scored(Layer::Vector, &[("a", 0.9), ("b", 0.8), ("c", 0.5)])]);
+        // a: 1.0, b: 0.75, c: 0.0
+        let spread = spread_activation(
+            fused,
+            Layer::Graph,
+            0.5,
+            &[("c", 0.6), ("n", 1.0), ("m", 0.2), ("b", 2.0)],
+        );
+        let ranked: Vec<_> = spread
+            .iter()
+            .map(|f| (f.id, (f.relevance * 1000.0).round() / 1000.0))
+            .collect();
+        assert_eq!(
+            ranked,
+            vec![("a", 1.0), ("b", 1.0), ("n", 0.5), ("c", 0.3), ("m", 0.1)],
+            "an activation counts at most 1, a relevance at most 1"
+        );
+        assert_eq!(spread[1].layers, vec![Layer::Vector, Layer::Graph]);
+        assert_eq!(spread[2].layers, vec![Layer::Graph]);
+        let unchanged = spread_activation(
+            vec![Fused {
+                id: "a",
+                relevance: 0.4,
+                layers: vec![Layer::Vector],
+            }],
+            Layer::Graph,
+            0.5,
+            &[],
+        );
+        assert_eq!(unchanged[0].relevance, 0.4);
     }
 
     #[test]

@@ -596,16 +596,19 @@ pub async fn similarities(
 /// docs/BENCHMARKS.md).
 const GRAPH_RELATIONS: &str = "'caused_by', 'resolved_by', 'related', 'part_of'";
 
-/// Fragments one link away from `seeds` that are themselves in scope,
-/// scored by link weight times how telling the relation is, ties broken by
-/// how many seeds they touch, then by id (so a ranking is reproducible).
-/// Quarantined and deleted links do not count, nor links made after the
-/// scope's `created_before` snapshot (later pages of a cursor see the graph
-/// as the first page did).
+/// Fragments one link away from `seeds` that are themselves in scope, each
+/// scored by its activation: the largest, over the seeds it is linked to, of
+/// the seed's relevance (in `seed_relevance`, in the order of `seeds`) times
+/// the link's strength (its weight times how telling the relation is,
+/// capped at 1). Ties are broken by how many seeds a fragment touches, then
+/// by id (so a ranking is reproducible). Quarantined and deleted links do
+/// not count, nor links made after the scope's `created_before` snapshot
+/// (later pages of a cursor see the graph as the first page did).
 pub async fn graph_neighbors(
     tx: &TenantTx<'_>,
     scope: &SearchScope<'_>,
     seeds: &[Uuid],
+    seed_relevance: &[f32],
     limit: i64,
 ) -> Result<Vec<Hit>> {
     let rows = tx
@@ -614,27 +617,31 @@ pub async fn graph_neighbors(
                 // Links first (materialised), then their other ends by
                 // primary key; see `links::around` for why.
                 "WITH edges AS MATERIALIZED (
-                     SELECT l.to_id AS id, l.relation_type, l.weight
+                     SELECT l.from_id AS seed, l.to_id AS id, l.relation_type, l.weight
                        FROM mneme.fragment_links l
                       WHERE l.tenant_id = $1 AND l.from_id = ANY($19)
                         AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
                         AND l.relation_type IN ({GRAPH_RELATIONS})
                         AND ($17::timestamptz IS NULL OR l.created_at <= $17)
                      UNION ALL
-                     SELECT l.from_id, l.relation_type, l.weight
+                     SELECT l.to_id, l.from_id, l.relation_type, l.weight
                        FROM mneme.fragment_links l
                       WHERE l.tenant_id = $1 AND l.to_id = ANY($19)
                         AND l.deleted_at IS NULL AND l.quarantine_state IS DISTINCT FROM 'soft'
                         AND l.relation_type IN ({GRAPH_RELATIONS})
                         AND ($17::timestamptz IS NULL OR l.created_at <= $17)),
+                 seeds AS (
+                     SELECT * FROM unnest($19::uuid[], $21::real[]) AS s(id, relevance)),
                  scored AS (
-                     SELECT id, max(weight * CASE relation_type
+                     SELECT e.id,
+                            max(s.relevance * least(1.0, e.weight * CASE e.relation_type
                                 WHEN 'caused_by' THEN 1.5 WHEN 'resolved_by' THEN 1.5
-                                ELSE 1.0 END)::real AS score,
+                                ELSE 1.0 END))::real AS score,
                             count(*) AS links
-                       FROM edges
-                      WHERE NOT (id = ANY($19))
-                      GROUP BY id)
+                       FROM edges e
+                       JOIN seeds s ON s.id = e.seed
+                      WHERE NOT (e.id = ANY($19))
+                      GROUP BY e.id)
                  SELECT f.id, s.score
                    FROM scored s
                    JOIN mneme.fragments f ON f.tenant_id = $1 AND f.id = s.id
@@ -642,7 +649,7 @@ pub async fn graph_neighbors(
                   ORDER BY s.score DESC, s.links DESC, f.id
                   LIMIT $20"
             ),
-            &scope.params(&tx.tenant_id(), &[&seeds, &limit]),
+            &scope.params(&tx.tenant_id(), &[&seeds, &limit, &seed_relevance]),
         )
         .await?;
     Ok(hits(rows))
