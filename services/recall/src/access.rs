@@ -19,6 +19,7 @@ use mneme_store::{Store, StoreError, TenantTx, fragments};
 use mneme_telemetry::metrics::register;
 use prometheus::{IntCounterVec, Opts};
 use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 /// Recalls whose accesses may wait for a flush before new ones are dropped.
@@ -59,14 +60,15 @@ pub(crate) struct AccessRecorder {
 }
 
 impl AccessRecorder {
-    /// Starts the writer on the current runtime.
-    pub(crate) fn spawn(store: Store, flush_every: Duration) -> Self {
+    /// Starts the writer on the current runtime, tracked by `tasks` (it
+    /// ends after its last flush, once every handle is dropped).
+    pub(crate) fn spawn(store: Store, flush_every: Duration, tasks: &TaskTracker) -> Self {
         // Exported at zero before the first loss.
         for reason in ["queue_full", "write_failed"] {
             LOST.with_label_values(&[reason]);
         }
         let (queue, received) = mpsc::channel(QUEUED_RECALLS);
-        tokio::spawn(write_batches(store, received, flush_every));
+        tasks.spawn(write_batches(store, received, flush_every));
         Self { queue }
     }
 

@@ -55,7 +55,7 @@ mod term_stats;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::{Timelike, Utc};
 use mneme_cache::Cache;
@@ -79,6 +79,7 @@ use mneme_store::search_thresholds::{self, Bucket, FloorRule};
 use mneme_store::{Store, TenantTx, links};
 use pgvector::Vector;
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
@@ -92,6 +93,10 @@ use crate::term_stats::TermStatistics;
 const CO_RETRIEVAL_STEP: f32 = 0.2;
 /// Top results whose pairs count as co-retrieved.
 const CO_RETRIEVAL_TOP: usize = 5;
+/// How long a stopping service waits for the writes its recalls left
+/// behind: a few flushes and statements, well inside a pod's termination
+/// grace period (30 s by default).
+const BACKGROUND_DRAIN: Duration = Duration::from_secs(10);
 
 /// The read-path service.
 #[derive(Debug, Clone)]
@@ -103,6 +108,10 @@ pub struct RecallServer {
     reranker: Option<Arc<Reranker>>,
     /// `None` when access tracking is off.
     accesses: Option<AccessRecorder>,
+    /// Writes a recall leaves behind (access statistics, co-retrieval
+    /// links, spreading activation); [`serve`] lets them finish on
+    /// shutdown.
+    background: TaskTracker,
     term_stats: TermStatistics,
     /// `memory_stats` answers this process computed, so that concurrent
     /// calls missing the shared cache wait for one computation.
@@ -153,9 +162,10 @@ impl RecallServer {
                 .ok()
                 .map(Arc::new)
         });
+        let background = TaskTracker::new();
         let accesses = settings
             .track_access
-            .then(|| AccessRecorder::spawn(store.clone(), settings.access_flush));
+            .then(|| AccessRecorder::spawn(store.clone(), settings.access_flush, &background));
         Self {
             store,
             cache,
@@ -163,6 +173,7 @@ impl RecallServer {
             tokenizer: Arc::new(Tokenizer::default()),
             reranker,
             accesses,
+            background,
             term_stats: TermStatistics::new(&settings),
             stats_answers: explore::StatsAnswers::new(settings.stats_cache),
             settings: Arc::new(settings),
@@ -534,8 +545,6 @@ impl RecallServer {
         })
     }
 
-    /// Access statistics and co-retrieval links, written after the answer
-    /// in a transaction of their own: a failure here never fails a recall.
     /// Runs a spread in the background; a failure only loses the warm-up.
     fn spread_activation(&self, spread: spread::Spread) {
         let (store, cache) = (self.store.clone(), self.cache.clone());
@@ -543,7 +552,7 @@ impl RecallServer {
             self.settings.spreading_activation_step,
             self.settings.spreading_activation_dedup,
         );
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             match spread.run(&store, &cache, step, dedup).await {
                 Ok(warmed) => tracing::debug!(warmed = warmed.len(), "spreading activation"),
                 Err(error) => tracing::warn!(%error, "spreading activation failed"),
@@ -551,6 +560,8 @@ impl RecallServer {
         });
     }
 
+    /// Access statistics and co-retrieval links, written after the answer
+    /// in a transaction of their own: a failure here never fails a recall.
     /// `link_co_retrieved`: the results were recalled together in a session,
     /// on a single page.
     fn after_recall(&self, tenant_id: Uuid, returned: Vec<Uuid>, link_co_retrieved: bool) {
@@ -562,7 +573,7 @@ impl RecallServer {
         if co_retrieval {
             let top: Vec<Uuid> = returned.iter().take(CO_RETRIEVAL_TOP).copied().collect();
             let store = self.store.clone();
-            tokio::spawn(async move {
+            self.background.spawn(async move {
                 let result: Result<(), mneme_store::StoreError> = async {
                     let mut client = store.client().await?;
                     let tx = TenantTx::begin(&mut client, tenant_id).await?;
@@ -683,8 +694,23 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let database = server.store.answering();
+    let background = server.background.clone();
     let service = RecallServiceServer::with_interceptor(server, signer);
-    mneme_proto::server::serve_service(service, listener, shutdown, database).await?;
+    let served = mneme_proto::server::serve_service(service, listener, shutdown, database).await;
+    // The handlers are gone with the server, so the access writer makes its
+    // last flush: without this wait, every restart lost up to a flush
+    // interval of access statistics and the co-retrieval links in flight.
+    background.close();
+    if tokio::time::timeout(BACKGROUND_DRAIN, background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            unfinished = background.len(),
+            "background writes of recalls still running at shutdown; abandoned"
+        );
+    }
+    served?;
     Ok(())
 }
 

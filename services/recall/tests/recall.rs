@@ -10,6 +10,7 @@ use common::{DownEmbedder, Harness};
 use mneme_core::{ErrorCode, Permission};
 use mneme_embed::hash::HashEmbedder;
 use mneme_proto::v1::{RecallRequest, RecallResponse, RememberRequest};
+use mneme_recall::RecallServer;
 use mneme_test_support::ALL_PERMISSIONS;
 
 /// The graph layer's weight in tests of the layer (it is off by default).
@@ -793,6 +794,65 @@ mod filters_and_pages {
             })
             .await,
             vec![decision]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stopping_service_writes_the_accesses_it_still_holds() {
+        // Regression: the access writer was detached, so a restart lost up
+        // to a flush interval of access statistics.
+        let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
+        let id = h
+            .put(fact("The staging cluster is rebuilt every Sunday night."))
+            .await;
+        let mut settings = mneme_config::Config::defaults().recall;
+        settings.access_flush = Duration::from_secs(3600);
+        let (app_url, redis_url, prefix) = (
+            h.db.app_url.clone(),
+            h.redis.url.clone(),
+            h.redis.prefix.clone(),
+        );
+        let principal = h.principal();
+        // A service on a runtime of its own, dropped once `serve` returns,
+        // as a process exits: whatever it left running dies with it.
+        let found = tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let store =
+                    mneme_store::Store::connect(&app_url, &mneme_store::StoreOptions::default())
+                        .unwrap();
+                let cache = mneme_cache::Cache::connect(&redis_url, &prefix)
+                    .await
+                    .unwrap();
+                let embedder = Arc::new(HashEmbedder::new(384));
+                let recall = RecallServer::new(store, cache, embedder, settings);
+                let found = recall
+                    .recall(&principal, text("staging cluster rebuilt"))
+                    .await
+                    .unwrap();
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let signer = mneme_proto::principal::PrincipalSigner::new("internal-token");
+                mneme_recall::serve(recall, signer, listener, std::future::ready(()))
+                    .await
+                    .unwrap();
+                found
+                    .fragments
+                    .into_iter()
+                    .map(|f| f.id)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await
+        .unwrap();
+        assert_eq!(found, vec![id.clone()]);
+        let accessed = format!("id = '{id}' AND access_count = 1");
+        assert_eq!(
+            h.db.count_in_tenant(h.tenant.tenant_id, &accessed).await,
+            1,
+            "the last flush is done when serve returns"
         );
     }
 
