@@ -52,6 +52,7 @@ use mneme_proto::v1::{
 use mneme_store::Store;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 /// The write-path service.
@@ -66,6 +67,9 @@ pub struct RememberServer {
     tokenizer: Arc<Tokenizer>,
     /// Bounds on the automatic links of new fragments.
     auto_linker: auto_links::AutoLinker,
+    /// Writes a call leaves behind (the claims of a bulk write); [`serve`]
+    /// lets them finish on shutdown.
+    background: TaskTracker,
 }
 
 impl RememberServer {
@@ -78,6 +82,7 @@ impl RememberServer {
             consolidator: Consolidator::new(store.clone(), Config::defaults().consolidation),
             store,
             tokenizer: Arc::new(Tokenizer::default()),
+            background: TaskTracker::new(),
         }
     }
 
@@ -247,6 +252,10 @@ impl RememberService for RememberServer {
     }
 }
 
+/// How long a stopping service waits for the writes its calls left behind,
+/// well inside a pod's termination grace period (30 s by default).
+const BACKGROUND_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves `server` on `listener` until `shutdown`, accepting only calls
 /// whose principal `signer` verifies, and sweeps the automatic-link queue
 /// meanwhile.
@@ -257,11 +266,24 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let database = server.store.answering();
+    let background = server.background.clone();
     let stop = tokio_util::sync::CancellationToken::new();
     let sweeps = tokio::spawn(server.auto_linker.clone().run_sweeps(stop.clone()));
     let service = RememberServiceServer::with_interceptor(server, signer);
     let served = mneme_proto::server::serve_service(service, listener, shutdown, database).await;
     stop.cancel();
+    // Automatic links wait in a durable queue that the sweeps resume after
+    // a restart; the claims of a bulk write have no such queue.
+    background.close();
+    if tokio::time::timeout(BACKGROUND_DRAIN, background.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            unfinished = background.len(),
+            "background writes still running at shutdown; abandoned"
+        );
+    }
     sweeps.await?;
     served?;
     Ok(())

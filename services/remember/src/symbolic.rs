@@ -214,7 +214,7 @@ impl RememberServer {
             .map(|(id, write)| (*id, write.fragment.content.clone()))
             .collect();
         let (server, principal) = (self.clone(), principal.clone());
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let timeout = server.settings.symbolic.timeout * contents.len().max(1) as u32;
             let step = server.store_claims_of(&principal, &contents);
             match tokio::time::timeout(timeout, step).await {
