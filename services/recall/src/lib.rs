@@ -55,7 +55,7 @@ mod term_stats;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::{Timelike, Utc};
 use mneme_cache::Cache;
@@ -93,10 +93,6 @@ use crate::term_stats::TermStatistics;
 const CO_RETRIEVAL_STEP: f32 = 0.2;
 /// Top results whose pairs count as co-retrieved.
 const CO_RETRIEVAL_TOP: usize = 5;
-/// How long a stopping service waits for the writes its recalls left
-/// behind: a few flushes and statements, well inside a pod's termination
-/// grace period (30 s by default).
-const BACKGROUND_DRAIN: Duration = Duration::from_secs(10);
 
 /// The read-path service.
 #[derive(Debug, Clone)]
@@ -700,16 +696,7 @@ pub async fn serve(
     // The handlers are gone with the server, so the access writer makes its
     // last flush: without this wait, every restart lost up to a flush
     // interval of access statistics and the co-retrieval links in flight.
-    background.close();
-    if tokio::time::timeout(BACKGROUND_DRAIN, background.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            unfinished = background.len(),
-            "background writes of recalls still running at shutdown; abandoned"
-        );
-    }
+    mneme_proto::server::finish_background(&background).await;
     served?;
     Ok(())
 }

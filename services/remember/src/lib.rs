@@ -252,10 +252,6 @@ impl RememberService for RememberServer {
     }
 }
 
-/// How long a stopping service waits for the writes its calls left behind,
-/// well inside a pod's termination grace period (30 s by default).
-const BACKGROUND_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Serves `server` on `listener` until `shutdown`, accepting only calls
 /// whose principal `signer` verifies, and sweeps the automatic-link queue
 /// meanwhile.
@@ -274,16 +270,7 @@ pub async fn serve(
     stop.cancel();
     // Automatic links wait in a durable queue that the sweeps resume after
     // a restart; the claims of a bulk write have no such queue.
-    background.close();
-    if tokio::time::timeout(BACKGROUND_DRAIN, background.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            unfinished = background.len(),
-            "background writes still running at shutdown; abandoned"
-        );
-    }
+    mneme_proto::server::finish_background(&background).await;
     sweeps.await?;
     served?;
     Ok(())

@@ -7,12 +7,14 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use prometheus::HistogramVec;
 use tracing::Instrument;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::service::Routes;
@@ -174,6 +176,27 @@ where
         database,
     )
     .await
+}
+
+/// How long a stopping backend waits for the work its calls left running,
+/// well inside a pod's termination grace period (30 s by default).
+const BACKGROUND_DRAIN: Duration = Duration::from_secs(10);
+
+/// Lets the work a backend's calls left running on `tasks` (writes after
+/// the answer) finish, for at most ten seconds. Call it once the server has
+/// stopped, so that nothing new arrives: otherwise the process exits under
+/// them and they are lost.
+pub async fn finish_background(tasks: &TaskTracker) {
+    tasks.close();
+    if tokio::time::timeout(BACKGROUND_DRAIN, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            unfinished = tasks.len(),
+            "background work still running at shutdown; abandoned"
+        );
+    }
 }
 
 /// Runs one RPC handler with the request's verified principal, mapping the
