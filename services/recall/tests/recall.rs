@@ -813,40 +813,33 @@ mod filters_and_pages {
             h.redis.prefix.clone(),
         );
         let principal = h.principal();
-        // A service on a runtime of its own, dropped once `serve` returns,
-        // as a process exits: whatever it left running dies with it.
-        let found = tokio::task::spawn_blocking(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        // The service stops as a process does: its runtime is dropped once
+        // `serve` returns.
+        let found = mneme_test_support::on_own_runtime(move || async move {
+            let store =
+                mneme_store::Store::connect(&app_url, &mneme_store::StoreOptions::default())
+                    .unwrap();
+            let cache = mneme_cache::Cache::connect(&redis_url, &prefix)
+                .await
                 .unwrap();
-            runtime.block_on(async move {
-                let store =
-                    mneme_store::Store::connect(&app_url, &mneme_store::StoreOptions::default())
-                        .unwrap();
-                let cache = mneme_cache::Cache::connect(&redis_url, &prefix)
-                    .await
-                    .unwrap();
-                let embedder = Arc::new(HashEmbedder::new(384));
-                let recall = RecallServer::new(store, cache, embedder, settings);
-                let found = recall
-                    .recall(&principal, text("staging cluster rebuilt"))
-                    .await
-                    .unwrap();
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                let signer = mneme_proto::principal::PrincipalSigner::new("internal-token");
-                mneme_recall::serve(recall, signer, listener, std::future::ready(()))
-                    .await
-                    .unwrap();
-                found
-                    .fragments
-                    .into_iter()
-                    .map(|f| f.id)
-                    .collect::<Vec<_>>()
-            })
+            let embedder = Arc::new(HashEmbedder::new(384));
+            let recall = RecallServer::new(store, cache, embedder, settings);
+            let found = recall
+                .recall(&principal, text("staging cluster rebuilt"))
+                .await
+                .unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let signer = mneme_proto::principal::PrincipalSigner::new("internal-token");
+            mneme_recall::serve(recall, signer, listener, std::future::ready(()))
+                .await
+                .unwrap();
+            found
+                .fragments
+                .into_iter()
+                .map(|f| f.id)
+                .collect::<Vec<_>>()
         })
-        .await
-        .unwrap();
+        .await;
         assert_eq!(found, vec![id.clone()]);
         let accessed = format!("id = '{id}' AND access_count = 1");
         assert_eq!(

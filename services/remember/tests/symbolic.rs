@@ -501,38 +501,31 @@ async fn a_stopping_service_stores_the_claims_of_its_last_bulk_write() {
     let who = h.principal();
     let app_url = h.db.app_url.clone();
     let redis = TestRedis::new();
-    // A service on a runtime of its own, dropped once `serve` returns, as a
-    // process exits: whatever it left running dies with it.
-    let stored = tokio::task::spawn_blocking(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    // The service stops as a process does: its runtime is dropped once
+    // `serve` returns.
+    let stored = mneme_test_support::on_own_runtime(move || async move {
+        let store = Store::connect(&app_url, &mneme_store::StoreOptions::default()).unwrap();
+        let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
+        let server = RememberServer::new(store, cache, symbolic_on());
+        let batch = server
+            .batch_remember(
+                &who,
+                mneme_proto::v1::BatchRememberRequest {
+                    items: vec![memory("fact", "Carol drinks coffee.")],
+                    ..Default::default()
+                },
+                |_| {},
+            )
+            .await
             .unwrap();
-        runtime.block_on(async move {
-            let store = Store::connect(&app_url, &mneme_store::StoreOptions::default()).unwrap();
-            let cache = Cache::connect(&redis.url, &redis.prefix).await.unwrap();
-            let server = RememberServer::new(store, cache, symbolic_on());
-            let batch = server
-                .batch_remember(
-                    &who,
-                    mneme_proto::v1::BatchRememberRequest {
-                        items: vec![memory("fact", "Carol drinks coffee.")],
-                        ..Default::default()
-                    },
-                    |_| {},
-                )
-                .await
-                .unwrap();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let signer = mneme_proto::principal::PrincipalSigner::new("internal-token");
-            mneme_remember::serve(server, signer, listener, std::future::ready(()))
-                .await
-                .unwrap();
-            batch.results[0].id.clone().expect("stored")
-        })
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let signer = mneme_proto::principal::PrincipalSigner::new("internal-token");
+        mneme_remember::serve(server, signer, listener, std::future::ready(()))
+            .await
+            .unwrap();
+        batch.results[0].id.clone().expect("stored")
     })
-    .await
-    .unwrap();
+    .await;
     assert!(
         h.claims(h.tenant.tenant_id, &format!("fragment_id = '{stored}'"))
             .await

@@ -282,6 +282,27 @@ impl TestTenant {
     }
 }
 
+/// Runs `work` on a runtime of its own, dropped as soon as `work` returns,
+/// as when a process exits: whatever `work` left running dies with it (for
+/// tests of what a stopping service finishes first). The runtime runs on a
+/// blocking thread, so the caller's keeps going.
+pub async fn on_own_runtime<F, Fut, T>(work: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(work())
+    })
+    .await
+    .expect("the runtime's thread")
+}
+
 /// Creates a tenant named `name` with one key holding `permissions`.
 pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]) -> TestTenant {
     let client = store.client().await.expect("database connection");
