@@ -36,7 +36,8 @@ pub struct RankedList<Id> {
     pub weight: f64,
     pub ids: Vec<Id>,
     /// The layer's own score of each id, in the order of `ids` (cosine
-    /// similarity, `ts_rank`, keyword overlap, link weight).
+    /// similarity, `ts_rank`, keyword overlap; the graph layer joins after the
+    /// fusion, through [`spread_activation`]).
     pub scores: Vec<f64>,
 }
 
