@@ -657,8 +657,8 @@ pub enum Script {
 const MARKED_SCRIPT_SHARE: f64 = 0.125;
 
 /// The script `text` is written in, counting words (runs of one script), not
-/// letters: Hangul or Han/kana when at least [`MARKED_SCRIPT_SHARE`] of its
-/// words are (the more frequent of the two if both), else alphabetic.
+/// letters: Hangul or Han/kana when at least the share `MARKED_SCRIPT_SHARE`
+/// of its words are (the more frequent of the two if both), else alphabetic.
 /// Digit-only words do not count; `None` for a text without words.
 pub fn text_script(text: &str) -> Option<Script> {
     let (mut hangul, mut cjk, mut alphabetic) = (0usize, 0usize, 0usize);
