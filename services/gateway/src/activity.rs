@@ -9,6 +9,7 @@ use mneme_cache::{ActivityEntry, ActivityOwner, Cache, SessionLifetime};
 use mneme_config::AutoReflectConfig;
 use mneme_core::Principal;
 use rmcp::model::JsonObject;
+use tokio_util::task::TaskTracker;
 
 /// Characters of a call's arguments kept in its entry.
 const DETAIL_CHARS: usize = 300;
@@ -23,6 +24,8 @@ pub(crate) struct ActivityLog {
     /// How long sessions live unused: one that expires is over, and due
     /// for reflection then rather than after the idle period.
     lifetime: SessionLifetime,
+    /// The writes in flight, which a stopping gateway lets finish.
+    writes: TaskTracker,
 }
 
 impl ActivityLog {
@@ -33,6 +36,7 @@ impl ActivityLog {
         config: &AutoReflectConfig,
         has_model: bool,
         lifetime: SessionLifetime,
+        writes: TaskTracker,
     ) -> Option<Self> {
         (config.enabled && has_model).then(|| Self {
             cache,
@@ -40,6 +44,7 @@ impl ActivityLog {
             ttl: config.log_ttl(),
             idle: config.idle,
             lifetime,
+            writes,
         })
     }
 
@@ -70,7 +75,7 @@ impl ActivityLog {
             failed,
         };
         let log = self.clone();
-        tokio::spawn(async move {
+        self.writes.spawn(async move {
             let entry = ActivityEntry {
                 detail: stored_detail(&detail),
                 ..entry

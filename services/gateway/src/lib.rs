@@ -76,6 +76,7 @@ use mneme_proto::principal::PrincipalSigner;
 use mneme_store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::limit::RequestBodyLimitLayer;
@@ -115,6 +116,9 @@ pub struct AppState {
     /// Sessions' tool calls, for automatic reflection (`None`: off, or no
     /// language model).
     activity: Option<activity::ActivityLog>,
+    /// Work the requests left running (activity-log writes), which a
+    /// stopping gateway lets finish.
+    background: TaskTracker,
     admin: mneme_config::AdminConfig,
     /// This pod's request counters over the last hour, for the dashboard.
     admin_history: Arc<admin::History>,
@@ -140,6 +144,7 @@ impl App {
     ) -> anyhow::Result<Self> {
         let gateway = &config.gateway;
         let oauth = oauth::OAuth::new(config, store.clone(), cache.clone(), internal_token)?;
+        let background = TaskTracker::new();
         Ok(Self(Arc::new(AppState {
             oauth: Arc::new(oauth),
             keys: auth::KeyResolver::new(store.clone(), gateway.auth_cache),
@@ -176,7 +181,9 @@ impl App {
                     min: gateway.sessions.min_ttl,
                     max: gateway.sessions.ttl,
                 },
+                background.clone(),
             ),
+            background,
             admin: gateway.admin.clone(),
             admin_history: Arc::default(),
             store,
@@ -346,9 +353,11 @@ pub async fn serve(
             Ok(())
         }
     };
-    // The last tallied tool calls reach `api_key_usage` before exit.
+    // The last tallied tool calls reach `api_key_usage`, and the last
+    // calls' activity Redis, before exit.
     let _ = flusher.await;
     app.limiter.flush_usage(&app.store).await;
+    mneme_proto::server::finish_background(&app.background).await;
     result?;
     Ok(())
 }
