@@ -13,8 +13,9 @@ use super::{ToolContext, ToolSpec};
 /// Event-time window of `recall`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(crate) struct TimeRange {
-    /// Start: RFC 3339, a date (2024-05-01), or a relative expression such
-    /// as `yesterday`, `3 days ago`, `last week`, `어제`, `3일 전`, `지난주`.
+    /// Start: RFC 3339 (UTC when it has no offset), a date (2024-05-01), or
+    /// a relative expression such as `yesterday`, `3 days ago`, `last 2
+    /// hours`, `last week`, `어제`, `3일 전`, `최근 2시간`, `지난주`.
     pub from: Option<String>,
     /// End, in the same forms (a period's end: `to: "yesterday"` includes
     /// all of yesterday).

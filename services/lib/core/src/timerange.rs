@@ -2,19 +2,31 @@
 //! dates, and relative expressions in English and Korean, resolved against
 //! a reference time in UTC.
 //!
-//! An expression names a period ("yesterday", "last week", "3일 전"); a
-//! range's `from` takes the period's start and its `to` the period's end,
-//! so `{from: "last week", to: "last week"}` covers the whole week.
+//! An expression names a period ("yesterday", "last week", "3일 전", "the
+//! last 2 hours"); a range's `from` takes the period's start and its `to`
+//! the period's end, so `{from: "last week", to: "last week"}` covers the
+//! whole week and `{from: "last 2 hours"}` the two hours up to now.
 //!
 //! Recognised (case-insensitive, surrounding space ignored):
-//! - `2024-05-01`, `2024-05-01T10:00:00Z`
+//! - `2024-05-01`, `2024-05-01T10:00:00Z`, and date-times without an
+//!   offset (`2024-05-01T10:00`, `2024-05-01 10:00:00`), read as UTC
 //! - `now`, `today`, `yesterday`, `the day before yesterday`
-//! - `N day(s)|week(s)|month(s)|year(s) ago`
+//! - `N unit(s) ago` for seconds, minutes, hours, days, weeks, months and
+//!   years: the one unit that holds that moment (`3 days ago` is that
+//!   whole day, `2 hours ago` that clock hour)
+//! - `last|past N units`, `the last|past N units`, `past unit`, `last
+//!   hour|minute`: the window of that length ending now (`last week` and
+//!   `last month|year` stay the calendar period before this one)
 //! - `this|last week|month|year`, `last monday` … `last sunday`
-//! - `오늘`, `어제`, `그제`/`그저께`, `N일|주|개월|달|년 전`, `이번 주`, `지난 주`/`지난주`,
-//!   `이번 달`, `지난 달`/`지난달`, `올해`, `작년`, `지난 월요일` … `지난 일요일`
+//! - `오늘`, `어제`, `그제`/`그저께`, `N초|분|시간|일|주|개월|달|년 전`, `지난|최근 N시간|일|…`
+//!   (the window ending now; `간` and `동안` may follow), `이번 주`,
+//!   `지난 주`/`지난주`, `이번 달`, `지난 달`/`지난달`, `올해`, `작년`,
+//!   `지난 월요일` … `지난 일요일`
 
-use chrono::{DateTime, Datelike, Days, Months, NaiveDate, NaiveTime, TimeZone, Utc, Weekday};
+use chrono::{
+    DateTime, Datelike, Days, DurationRound, Months, NaiveDate, NaiveDateTime, NaiveTime,
+    TimeDelta, TimeZone, Utc, Weekday,
+};
 
 use crate::error::{Error, Result};
 
@@ -99,15 +111,94 @@ fn last_weekday(today: NaiveDate, target: Weekday) -> Option<NaiveDate> {
     Some(date)
 }
 
-/// "N unit(s) ago" and "N단위 전": the period of that day, week, month or year.
-fn ago(count: u32, unit: &str, today: NaiveDate) -> Option<Period> {
-    match unit {
-        "day" | "days" | "일" => day(days_back(today, u64::from(count))?),
-        "week" | "weeks" | "주" => week_of(days_back(today, u64::from(count) * 7)?),
-        "month" | "months" | "개월" | "달" => month_of(months_back(today, count)?),
-        "year" | "years" | "년" => year_of(today.year().checked_sub(i32::try_from(count).ok()?)?),
-        _ => None,
+/// A unit of time in an expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "second" | "seconds" | "sec" | "secs" | "초" => Self::Second,
+            "minute" | "minutes" | "min" | "mins" | "분" => Self::Minute,
+            "hour" | "hours" | "hr" | "hrs" | "시간" => Self::Hour,
+            "day" | "days" | "일" => Self::Day,
+            "week" | "weeks" | "주" => Self::Week,
+            "month" | "months" | "개월" | "달" => Self::Month,
+            "year" | "years" | "년" => Self::Year,
+            _ => return None,
+        })
     }
+
+    /// The length of a unit shorter than a day.
+    fn clock_length(self) -> Option<TimeDelta> {
+        match self {
+            Self::Second => Some(TimeDelta::seconds(1)),
+            Self::Minute => Some(TimeDelta::minutes(1)),
+            Self::Hour => Some(TimeDelta::hours(1)),
+            _ => None,
+        }
+    }
+}
+
+/// `count` units before `now` (`None` outside chrono's range).
+fn before(now: DateTime<Utc>, count: u32, unit: Unit) -> Option<DateTime<Utc>> {
+    match unit {
+        Unit::Second | Unit::Minute | Unit::Hour => now.checked_sub_signed(
+            unit.clock_length()?
+                .checked_mul(i32::try_from(count).ok()?)?,
+        ),
+        Unit::Day => now.checked_sub_days(Days::new(u64::from(count))),
+        Unit::Week => now.checked_sub_days(Days::new(u64::from(count) * 7)),
+        Unit::Month => now.checked_sub_months(Months::new(count)),
+        Unit::Year => now.checked_sub_months(Months::new(count.checked_mul(12)?)),
+    }
+}
+
+/// "N unit(s) ago" and "N단위 전": the one unit holding that moment (that
+/// clock hour, that day, that week, …).
+fn ago(count: u32, unit: Unit, now: DateTime<Utc>) -> Option<Period> {
+    let today = now.date_naive();
+    match unit {
+        Unit::Second | Unit::Minute | Unit::Hour => {
+            let length = unit.clock_length()?;
+            let start = before(now, count, unit)?.duration_trunc(length).ok()?;
+            Some(Period {
+                start,
+                end: start.checked_add_signed(length)?,
+            })
+        }
+        Unit::Day => day(days_back(today, u64::from(count))?),
+        Unit::Week => week_of(days_back(today, u64::from(count) * 7)?),
+        Unit::Month => month_of(months_back(today, count)?),
+        Unit::Year => year_of(today.year().checked_sub(i32::try_from(count).ok()?)?),
+    }
+}
+
+/// "the last N units" and "최근 N단위": the window of that length ending now.
+fn within(count: u32, unit: Unit, now: DateTime<Utc>) -> Option<Period> {
+    Some(Period {
+        start: before(now, count, unit)?,
+        end: now,
+    })
+}
+
+/// A count and its unit, written together (`3일`, `2시간`, `3일간`) or
+/// apart (`3 일`).
+fn counted(count: &str, unit: Option<&str>) -> Option<(u32, Unit)> {
+    let (count, unit) = match unit {
+        Some(unit) => (count, unit),
+        None => count.split_at(count.find(|c: char| !c.is_ascii_digit())?),
+    };
+    let unit = Unit::parse(unit).or_else(|| Unit::parse(unit.strip_suffix('간')?))?;
+    Some((count.parse().ok()?, unit))
 }
 
 fn parse_period(expression: &str, now: DateTime<Utc>) -> Option<Period> {
@@ -132,17 +223,53 @@ fn parse_period(expression: &str, now: DateTime<Utc>) -> Option<Period> {
         "last year" | "작년" | "지난해" => return year_of(today.year().checked_sub(1)?),
         _ => {}
     }
-    let words: Vec<&str> = compact.split(' ').collect();
+    let mut words: Vec<&str> = compact.split(' ').collect();
+    if words.len() > 1 && words.last() == Some(&"동안") {
+        words.pop();
+    }
+    if words.first() == Some(&"the") && matches!(words.get(1), Some(&("last" | "past"))) {
+        words.remove(0);
+    }
     match words.as_slice() {
-        ["last" | "지난", name] => day(last_weekday(today, weekday(name)?)?),
-        [count, unit, "ago"] => ago(count.parse().ok()?, unit, today),
+        [count, unit, "ago"] => ago(count.parse().ok()?, Unit::parse(unit)?, now),
         [amount, "전"] => {
-            let split = amount.find(|c: char| !c.is_ascii_digit())?;
-            ago(amount[..split].parse().ok()?, &amount[split..], today)
+            let (count, unit) = counted(amount, None)?;
+            ago(count, unit, now)
         }
-        [count, unit, "전"] => ago(count.parse().ok()?, unit, today),
+        [count, unit, "전"] => {
+            let (count, unit) = counted(count, Some(unit))?;
+            ago(count, unit, now)
+        }
+        ["last" | "past", count, unit] => within(count.parse().ok()?, Unit::parse(unit)?, now),
+        ["지난" | "최근", count, unit] => {
+            let (count, unit) = counted(count, Some(unit))?;
+            within(count, unit, now)
+        }
+        ["past", unit] => within(1, Unit::parse(unit)?, now),
+        ["last", unit @ ("hour" | "minute")] => within(1, Unit::parse(unit)?, now),
+        ["last" | "지난", name] if weekday(name).is_some() => {
+            day(last_weekday(today, weekday(name)?)?)
+        }
+        ["지난" | "최근", amount] => {
+            let (count, unit) = counted(amount, None)?;
+            within(count, unit, now)
+        }
         _ => None,
     }
+}
+
+/// A date and time without an offset (`2024-05-01T10:00`, `2024-05-01
+/// 10:00:00.5`), as agents often write them: read as UTC.
+fn naive_date_time(text: &str) -> Option<DateTime<Utc>> {
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|format| NaiveDateTime::parse_from_str(text, format).ok())
+    .map(|naive| Utc.from_utc_datetime(&naive))
 }
 
 /// Resolves one end of a time range.
@@ -150,6 +277,9 @@ pub fn parse_bound(expression: &str, bound: Bound, now: DateTime<Utc>) -> Result
     let trimmed = expression.trim();
     if let Ok(instant) = DateTime::parse_from_rfc3339(trimmed) {
         return Ok(instant.with_timezone(&Utc));
+    }
+    if let Some(instant) = naive_date_time(trimmed) {
+        return Ok(instant);
     }
     if let Ok(date) = NaiveDate::parse_from_str(trimmed, "%Y-%m-%d")
         && let Some(period) = day(date)
@@ -162,7 +292,8 @@ pub fn parse_bound(expression: &str, bound: Bound, now: DateTime<Utc>) -> Result
     let period = parse_period(trimmed, now).ok_or_else(|| {
         Error::invalid_argument(format!(
             "cannot read the time `{trimmed}`: use an RFC 3339 time, a date (2024-05-01), or \
-             expressions such as `yesterday`, `3 days ago`, `last week`, `어제`, `3일 전`, `지난주`"
+             expressions such as `yesterday`, `3 days ago`, `last 2 hours`, `last week`, `어제`, \
+             `3일 전`, `최근 2시간`, `지난주`"
         ))
     })?;
     Ok(match bound {
@@ -283,6 +414,96 @@ mod tests {
         );
     }
 
+    fn at_time(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 18, h, m, s).unwrap()
+    }
+
+    #[test]
+    fn hours_minutes_and_seconds_ago_name_that_clock_unit() {
+        assert_eq!(
+            range("2 hours ago", "2 hours ago"),
+            (at_time(13, 0, 0), at_time(14, 0, 0))
+        );
+        assert_eq!(
+            range("2시간 전", "2 시간 전"),
+            range("2 hours ago", "2 hours ago")
+        );
+        assert_eq!(
+            range("30 minutes ago", "30분 전"),
+            (at_time(15, 0, 0), at_time(15, 1, 0))
+        );
+        assert_eq!(
+            range("1 hr ago", "1 min ago"),
+            (at_time(14, 0, 0), at_time(15, 30, 0))
+        );
+        assert_eq!(range("45초 전", "45 seconds ago").0, at_time(15, 29, 15));
+    }
+
+    #[test]
+    fn the_last_n_units_is_the_window_ending_now() {
+        assert_eq!(range("last 2 hours", "now"), (at_time(13, 30, 0), now()));
+        assert_eq!(
+            range("the past 2 hours", "최근 2시간"),
+            range("last 2 hours", "now")
+        );
+        assert_eq!(
+            range("past 3 days", "past 3 days"),
+            (
+                Utc.with_ymd_and_hms(2026, 11, 15, 15, 30, 0).unwrap(),
+                now()
+            )
+        );
+        for korean in [
+            "최근 3일",
+            "지난 3일",
+            "최근 3일간",
+            "지난 3일 동안",
+            "최근 3 일",
+        ] {
+            assert_eq!(
+                range(korean, korean),
+                range("past 3 days", "past 3 days"),
+                "{korean}"
+            );
+        }
+        assert_eq!(range("past hour", "last hour"), range("last 1 hour", "now"));
+        assert_eq!(range("past hour", "now").0, at_time(14, 30, 0));
+        assert_eq!(
+            range("past 2 months", "now").0,
+            Utc.with_ymd_and_hms(2026, 9, 18, 15, 30, 0).unwrap()
+        );
+        assert_eq!(
+            range("the last 2 weeks", "now").0,
+            Utc.with_ymd_and_hms(2026, 11, 4, 15, 30, 0).unwrap()
+        );
+        // The calendar periods keep their meaning.
+        assert_eq!(range("last week", "last week").0, at(2026, 11, 9));
+        assert_eq!(range("last monday", "last monday").0, at(2026, 11, 16));
+        assert_eq!(range("지난 월요일", "지난 월요일").0, at(2026, 11, 16));
+    }
+
+    #[test]
+    fn date_times_without_an_offset_are_utc() {
+        let ten = Utc.with_ymd_and_hms(2024, 5, 1, 10, 0, 0).unwrap();
+        for text in [
+            "2024-05-01T10:00",
+            "2024-05-01 10:00",
+            "2024-05-01T10:00:00",
+            "2024-05-01 10:00:00",
+        ] {
+            assert_eq!(
+                parse_bound(text, Bound::Start, now()).unwrap(),
+                ten,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            parse_bound("2024-05-01T10:00:00.250", Bound::End, now()).unwrap(),
+            ten + TimeDelta::milliseconds(250)
+        );
+        assert!(parse_bound("2024-05-01T25:00", Bound::Start, now()).is_err());
+    }
+
     /// Fuzz case (timerange target): `1790407950년 전` panicked with "valid
     /// year"; counts that leave chrono's range are unreadable, not a panic.
     #[test]
@@ -296,6 +517,12 @@ mod tests {
             "4294967295 weeks ago",
             "4294967295 months ago",
             "4294967295개월 전",
+            "4294967295 hours ago",
+            "4294967295시간 전",
+            "last 4294967295 years",
+            "past 4294967295 seconds",
+            "최근 4294967295년",
+            "지난 4294967295분",
         ] {
             let err = parse_range(Some(expression), None, now()).unwrap_err();
             assert!(err.message.contains("cannot read the time"), "{expression}");
@@ -327,6 +554,11 @@ mod tests {
             "1 week ago",
             "1 month ago",
             "1 year ago",
+            "1 hour ago",
+            "1 second ago",
+            "last 1 hour",
+            "past year",
+            "최근 3일",
         ];
         for now in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC] {
             for expression in expressions {
