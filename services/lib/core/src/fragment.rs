@@ -411,7 +411,11 @@ pub fn prepare(
         }
     }
     if keywords.is_empty() {
-        keywords = tokenizer.extract_keywords(&content, limits.extracted_keywords);
+        // A redaction mark is no word of the memory.
+        keywords = tokenizer.extract_keywords(
+            &crate::redact::without_marks(&content),
+            limits.extracted_keywords,
+        );
     }
 
     let requested = match input.importance {
@@ -608,6 +612,11 @@ mod tests {
         );
         assert_eq!(f.redactions, 1);
         assert_eq!(f.content_hash, content_hash(&f.content));
+        assert!(
+            !f.keywords.contains(&"redacted".to_owned()),
+            "a redaction mark is no keyword: {:?}",
+            f.keywords
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::sync::LazyLock;
 use regex::{Captures, Regex};
 
 const REDACTED: &str = "[REDACTED]";
+const EMAIL: &str = "[EMAIL]";
+const PHONE: &str = "[PHONE]";
 
 struct Rule {
     pattern: Regex,
@@ -54,14 +56,11 @@ static SECRET_RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
 
 static PII_RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     vec![
-        rule(
-            r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b",
-            "[EMAIL]",
-        ),
-        rule(r"\b01[016789]-?\d{3,4}-?\d{4}\b", "[PHONE]"),
+        rule(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b", EMAIL),
+        rule(r"\b01[016789]-?\d{3,4}-?\d{4}\b", PHONE),
         rule(
             r"\+?\b\d{1,3}[ -]\(?\d{2,4}\)?[ -]\d{3,4}[ -]\d{3,4}\b",
-            "[PHONE]",
+            PHONE,
         ),
     ]
 });
@@ -99,9 +98,24 @@ pub fn redact(text: &str, redact_pii: bool) -> Redacted {
     }
 }
 
+/// `text` without the marks [`redact`] leaves, for what must not take them
+/// for words of the memory (its extracted keywords).
+pub fn without_marks(text: &str) -> String {
+    [REDACTED, EMAIL, PHONE]
+        .iter()
+        .fold(text.to_owned(), |text, mark| text.replace(mark, " "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_marks_can_be_taken_out_again() {
+        let out = redact("password=hunter2, mail ana@acme.example", true);
+        assert_eq!(out.text, "password=[REDACTED], mail [EMAIL]");
+        assert_eq!(without_marks(&out.text), "password= , mail  ");
+    }
 
     #[test]
     fn secrets_are_replaced_and_labels_kept() {
