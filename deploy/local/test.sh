@@ -29,6 +29,9 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # The default build (without candle) must compile on its own.
 cargo check -p mneme-embed --locked
 
+step "API docs (broken and private intra-doc links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
+
 step "dependency policy (deny.toml: licenses, sources, banned crates)"
 "$MNEME_CARGO_DENY" --locked check --hide-inclusion-graph bans licenses sources
 

@@ -2,7 +2,7 @@
 //! whichever consolidator holds the tenant's lease.
 //!
 //! - [`STAGES`] is the ordered list of stages; adding one is one entry
-//!   there and one arm in [`Stage::run`].
+//!   there and one arm in `Stage::run`.
 //! - [`Consolidator::run_tenant`] runs every stage for one tenant, each in
 //!   a tenant transaction of its own (a failing stage is recorded and the
 //!   next one still runs), and records the run in `consolidation_runs`. A

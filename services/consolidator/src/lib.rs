@@ -18,11 +18,11 @@
 //! remember service, and sweep every tenant periodically in case a wake-up
 //! was lost.
 //!
-//! A vector computed by another model or from another
-//! [`PassageRecipe`](mneme_embed::PassageRecipe) is stale. Once a tenant's
-//! queue is empty the worker re-embeds its stale vectors in batches, each
-//! after a look at the queue, so new fragments never wait behind them; a
-//! stale vector keeps serving its model's searches until it is replaced.
+//! A vector computed by another model or from another [`PassageRecipe`]
+//! is stale. Once a tenant's queue is empty the worker re-embeds its stale
+//! vectors in batches, each after a look at the queue, so new fragments
+//! never wait behind them; a stale vector keeps serving its model's
+//! searches until it is replaced.
 //! Once a tenant has none left (none waiting for a retry either), the worker
 //! does not look at it again until it restarts: only a restart can change
 //! the model or recipe.
@@ -356,7 +356,7 @@ impl EmbeddingWorker {
     }
 
     /// Embeds batches until the tenant's queue is empty or `stop` fires,
-    /// then re-embeds its stale vectors for at most [`STALE_SLICE`], so a
+    /// then re-embeds its stale vectors for at most `STALE_SLICE`, so a
     /// tenant re-embedding a large store cannot hold up the others' queues.
     /// `batches_in_flight` lanes take batches side by side.
     pub async fn drain_tenant(

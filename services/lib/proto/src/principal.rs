@@ -1,6 +1,6 @@
 //! The caller's principal in gRPC metadata, signed with the internal token.
 //!
-//! The gateway authenticates clients and attaches a [`SignedPrincipal`] to
+//! The gateway authenticates clients and attaches a [`v1::SignedPrincipal`] to
 //! every backend call ([`PrincipalSigner::attach`]); backends verify it in an
 //! interceptor ([`PrincipalSigner`] implements
 //! [`tonic::service::Interceptor`]) and refuse calls without a valid one. A

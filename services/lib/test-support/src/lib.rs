@@ -4,7 +4,10 @@
 //! - [`TestDatabase`]: a fresh, migrated PostgreSQL database per test,
 //!   cloned from a template that is migrated once per schema version.
 //! - [`TestRedis`]: a unique key prefix per test on the shared Redis.
-//! - [`Fixture`]: a database plus Redis, with helpers for tenants and keys.
+//! - [`TestTenant`], [`create_tenant`], [`create_user`]: a tenant with one
+//!   key (its raw secret kept for the test), and people in it.
+//! - [`on_own_runtime`]: runs a service on a runtime dropped when it
+//!   returns, as a process exits.
 //! - [`stored_fragment`]: a fragment as a search loads it, for tests of the
 //!   pure steps that rank, slot or explain search results.
 //!
