@@ -83,12 +83,27 @@ pub(crate) struct Entailed {
     pub warnings: Vec<String>,
 }
 
-fn outcome_of(outcome: fragments::WriteOutcome) -> WriteOutcome {
-    match outcome {
+/// The outcome of a stored write; a write whose idempotency key is another
+/// memory's is refused (nothing was written), since returning that memory
+/// as a replay would drop this one unseen.
+fn outcome_of(written: &fragments::Written, write: &Write) -> Result<WriteOutcome> {
+    Ok(match written.outcome {
         fragments::WriteOutcome::Created => WriteOutcome::Created,
         fragments::WriteOutcome::Duplicate => WriteOutcome::Duplicate,
         fragments::WriteOutcome::Replayed => WriteOutcome::Replayed,
-    }
+        fragments::WriteOutcome::KeyTaken => {
+            return Err(Error::invalid_argument(format!(
+                "idempotencyKey `{}` was already used for another memory ({}) with other \
+                 content; nothing was stored: use a new key for a new memory, or amend that one",
+                write
+                    .fragment
+                    .idempotency_key
+                    .as_deref()
+                    .unwrap_or_default(),
+                written.id
+            )));
+        }
+    })
 }
 
 /// Whether a write may open or join its session's case: an error or fix
@@ -514,7 +529,9 @@ impl RememberServer {
                 Some(written) => written,
                 None => fragments::insert(tx, author(principal, &write), &write.fragment).await?,
             };
-            let outcome = outcome_of(written.outcome);
+            let outcome = outcome_of(&written, &write).map_err(|error| {
+                Error::invalid_argument(format!("item {index}: {}", error.message))
+            })?;
             stored.push(Stored {
                 index,
                 id: written.id,
@@ -645,7 +662,7 @@ impl RememberServer {
                 session_id: write.session_id.as_deref(),
             };
             let written = fragments::insert(&tx, author, &write.fragment).await?;
-            let created = outcome_of(written.outcome) == WriteOutcome::Created;
+            let created = outcome_of(&written, &write)? == WriteOutcome::Created;
             let entailed = if created {
                 self.after_insert(&tx, principal, &[(written.id, &write)])
                     .await?
@@ -692,7 +709,7 @@ impl RememberServer {
             None => {}
         }
 
-        let outcome = outcome_of(written.outcome);
+        let outcome = outcome_of(&written, &write)?;
         let redactions = u32::try_from(write.fragment.redactions).unwrap_or(u32::MAX);
         let case_id = write.fragment.case.case_id.clone();
         if outcome == WriteOutcome::Created {

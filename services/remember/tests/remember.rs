@@ -170,7 +170,27 @@ async fn writes_are_validated_redacted_and_idempotent() {
         .into_inner();
     assert_eq!(
         (retry.id.clone(), retry.outcome()),
-        (first.id, WriteOutcome::Replayed)
+        (first.id.clone(), WriteOutcome::Replayed)
+    );
+    // The key reused for another memory is refused, not replayed: the
+    // other memory would be lost unseen.
+    let reused = client
+        .remember(signed(
+            TOKEN,
+            &who,
+            RememberRequest {
+                idempotency_key: Some("import-7".into()),
+                ..fact("Imported fact eight from the old wiki.")
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reused.code(), Code::InvalidArgument);
+    assert!(
+        reused.message().contains("`import-7` was already used")
+            && reused.message().contains(&first.id),
+        "{}",
+        reused.message()
     );
 
     let reader = principal(&running.tenant, &[Permission::Read]);
@@ -651,7 +671,7 @@ mod write_path {
         items[10] = kind("The ledger closes at midnight UTC.", "fact", "ledger");
         items[60] = RememberRequest {
             idempotency_key: Some("import-7".into()),
-            ..kind("A retried request with other words.", "fact", "importer")
+            ..kind("The importer retried batch seven.", "fact", "importer")
         };
         items[70] = items[69].clone();
         items[100].linked_to = vec![existing.id.clone()];
@@ -734,6 +754,57 @@ mod write_path {
             events,
             vec![130, 180, 230, 260],
             "three inserts of 50, 50, 30"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_reusing_an_idempotency_key_for_other_content_is_refused_whole() {
+        let h = harness().await;
+        let keyed = h
+            .remember(
+                None,
+                RememberRequest {
+                    idempotency_key: Some("import-8".into()),
+                    ..kind("The importer retried batch eight.", "fact", "importer")
+                },
+            )
+            .await;
+        let items = vec![
+            kind("The importer skips empty rows.", "fact", "importer"),
+            RememberRequest {
+                idempotency_key: Some("import-8".into()),
+                ..kind(
+                    "The importer now logs every skipped row.",
+                    "fact",
+                    "importer",
+                )
+            },
+        ];
+        let refused = h
+            .server
+            .batch_remember(
+                &h.who(None),
+                mneme_proto::v1::BatchRememberRequest {
+                    items,
+                    ..Default::default()
+                },
+                |_| {},
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, mneme_core::ErrorCode::InvalidArgument);
+        assert!(
+            refused
+                .message
+                .starts_with("item 1: idempotencyKey `import-8` was already used")
+                && refused.message.contains(&keyed.id),
+            "{}",
+            refused.message
+        );
+        assert_eq!(
+            h.count("topic = 'importer'").await,
+            1,
+            "nothing of the batch stored"
         );
     }
 

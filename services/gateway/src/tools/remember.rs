@@ -40,7 +40,8 @@ pub(crate) struct RememberArgs {
     pub workspace: Option<String>,
     /// The agent this memory belongs to; defaults to the shared agent.
     pub agent_id: Option<String>,
-    /// Retrying with the same key returns the first result instead of storing twice.
+    /// Retrying with the same key returns the first result instead of storing
+    /// twice; the key used again for other content is an error.
     pub idempotency_key: Option<String>,
     /// The surrounding situation, kept with the fragment.
     pub context_summary: Option<String>,
@@ -82,8 +83,8 @@ pub(crate) struct RememberResult {
     /// Id of the stored (or already existing) fragment; absent on dry runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    /// `created`, `duplicate` (same content already stored), `replayed`
-    /// (same idempotency key seen before) or `simulated` (dry run).
+    /// `created`, `duplicate` (same content already stored), `replayed` (a
+    /// retry: same idempotency key and content) or `simulated` (dry run).
     pub outcome: String,
     /// `permanent` or `session`.
     pub scope: String,

@@ -23,9 +23,13 @@ pub enum WriteOutcome {
     /// The same content already existed for this key; its importance was
     /// raised to the larger of the two and its id is returned.
     Duplicate,
-    /// The idempotency key was used before; the original fragment is returned
-    /// unchanged.
+    /// The idempotency key was used before for the same content; the
+    /// original fragment is returned unchanged.
     Replayed,
+    /// The idempotency key was used before for other content, which the
+    /// fragment never held (an amended fragment still replays its earlier
+    /// contents): nothing was written, and `id` is that fragment's.
+    KeyTaken,
 }
 
 /// The stored state after a write.
@@ -110,17 +114,34 @@ pub async fn insert(
     }
 
     // A unique constraint fired: the idempotency key wins over the hash, so a
-    // retried request returns exactly what the first attempt stored.
+    // retried request returns exactly what the first attempt stored, and a
+    // key reused for another memory is told apart from a retry.
     if let Some(key) = &fragment.idempotency_key {
         let replay = tx
             .query_opt(
-                "SELECT id, importance, ttl_tier, keywords FROM mneme.fragments
+                "SELECT id, importance, ttl_tier, keywords,
+                        content_hash = $4 OR EXISTS (
+                            SELECT 1 FROM mneme.fragment_versions v
+                             WHERE v.tenant_id = f.tenant_id AND v.fragment_id = f.id
+                               AND v.content = $5) AS same_content
+                   FROM mneme.fragments f
                   WHERE tenant_id = $1 AND key_id = $2 AND idempotency_key = $3",
-                &[&tx.tenant_id(), &author.key_id, key],
+                &[
+                    &tx.tenant_id(),
+                    &author.key_id,
+                    key,
+                    &fragment.content_hash,
+                    &fragment.content,
+                ],
             )
             .await?;
         if let Some(row) = replay {
-            return Ok(written(&row, WriteOutcome::Replayed));
+            let outcome = if row.get("same_content") {
+                WriteOutcome::Replayed
+            } else {
+                WriteOutcome::KeyTaken
+            };
+            return Ok(written(&row, outcome));
         }
     }
     let duplicate = tx

@@ -448,13 +448,53 @@ async fn duplicates_and_idempotent_retries_return_the_original() {
     let mut keyed = prepared("Retries use exponential backoff.", "http");
     keyed.idempotency_key = Some("req-1".into());
     let created = fragments::insert(&tx, author(&t), &keyed).await.unwrap();
-    let mut retried = prepared("Retries use exponential backoff, capped.", "http");
+    let mut retried = prepared("Retries use exponential backoff.", "http");
     retried.idempotency_key = Some("req-1".into());
+    retried.importance = 0.9;
     let replay = fragments::insert(&tx, author(&t), &retried).await.unwrap();
     assert_eq!(
-        (replay.id, replay.outcome),
-        (created.id, WriteOutcome::Replayed)
+        (replay.id, replay.outcome, replay.importance),
+        (created.id, WriteOutcome::Replayed, created.importance),
+        "a retry returns what the first attempt stored"
     );
+    // The key reused for another memory: told apart, nothing written.
+    let mut reused = prepared("Retries use exponential backoff, capped.", "http");
+    reused.idempotency_key = Some("req-1".into());
+    let taken = fragments::insert(&tx, author(&t), &reused).await.unwrap();
+    assert_eq!(
+        (taken.id, taken.outcome),
+        (created.id, WriteOutcome::KeyTaken)
+    );
+    let count: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM mneme.fragments WHERE topic = 'http'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 1);
+    // A retry of the first request after the memory was amended still
+    // replays.
+    tx.execute(
+        "INSERT INTO mneme.fragment_versions
+             (tenant_id, fragment_id, content, topic, keywords, type, importance, is_anchor,
+              amended_by)
+         SELECT tenant_id, id, content, topic, keywords, type, importance, is_anchor, key_id
+           FROM mneme.fragments WHERE id = $1",
+        &[&created.id],
+    )
+    .await
+    .unwrap();
+    tx.execute(
+        "UPDATE mneme.fragments SET content = 'Retries back off, at most 30 s apart.',
+                content_hash = 'amended' WHERE id = $1",
+        &[&created.id],
+    )
+    .await
+    .unwrap();
+    let after_amend = fragments::insert(&tx, author(&t), &keyed).await.unwrap();
+    assert_eq!(after_amend.outcome, WriteOutcome::Replayed);
     tx.commit().await.unwrap();
 }
 
