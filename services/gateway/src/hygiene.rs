@@ -1,6 +1,7 @@
 //! Request hygiene around the MCP routes: `Origin` and `Host` checks
 //! against DNS rebinding, CORS for browser clients (the dashboard, the chat
-//! hosts' web apps), and the answer to a request whose handler panicked.
+//! hosts' web apps), the answer to a request whose handler panicked, and
+//! `Connection: close` on refusals answered before the body was read.
 //!
 //! rmcp checks `Origin` and `Host` on `/mcp` as well; doing it here first
 //! covers the legacy SSE routes too, answers before authentication (a
@@ -132,6 +133,36 @@ pub(crate) async fn check_origin_and_host(
         return forbidden("host", "Forbidden: Host not allowed");
     }
     next.run(request).await
+}
+
+/// Refusals answered before the request's body was read: missing or bad
+/// credentials, a foreign origin, a rate limit, a body over the limit.
+const REFUSED_UNREAD: [StatusCode; 4] = [
+    StatusCode::UNAUTHORIZED,
+    StatusCode::FORBIDDEN,
+    StatusCode::PAYLOAD_TOO_LARGE,
+    StatusCode::TOO_MANY_REQUESTS,
+];
+
+/// Marks a refusal of a request that carries a body `Connection: close`.
+/// Such a refusal is often sent before the body has arrived; hyper then
+/// closes the connection after the response without saying so, and a
+/// client that sends its next request on it (the MCP SDKs do, straight
+/// after a 401, to discover the authorization server) sees that request
+/// dropped. The header tells the client to open a new connection instead.
+pub(crate) async fn close_after_refusal(request: Request, next: Next) -> Response {
+    let carries_body = request.headers().contains_key(header::TRANSFER_ENCODING)
+        || request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0");
+    let mut response = next.run(request).await;
+    if carries_body && REFUSED_UNREAD.contains(&response.status()) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// CORS for the allowed origins: browsers may call the MCP routes with

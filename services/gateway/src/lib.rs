@@ -255,6 +255,7 @@ pub fn router(app: App, config: &mneme_config::GatewayConfig) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(middleware::from_fn(metrics::track_http))
+                .layer(middleware::from_fn(hygiene::close_after_refusal))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
                 .layer(TraceLayer::new_for_http().make_span_with(request_span))
                 .layer(middleware::from_fn(keep_request_span))

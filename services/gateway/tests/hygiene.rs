@@ -1,10 +1,12 @@
 //! Request hygiene on a real gateway process: foreign origins and hosts are
 //! refused on every MCP route before authentication, browsers from allowed
-//! origins get CORS answers, and every response carries a request id.
+//! origins get CORS answers, every response carries a request id, and a
+//! refusal sent before the body arrived closes its connection openly.
 
 mod common;
 
 use common::Fleet;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_origins_and_hosts_are_refused_and_allowed_origins_get_cors() {
@@ -125,4 +127,62 @@ async fn sessions_refusals_and_rate_limits_show_in_the_pods_metrics() {
             "missing `{expected}` in:\n{metrics}"
         );
     }
+}
+
+/// Sends `head` on a new connection and returns the response's head,
+/// lowercased (the body, if any, is not read).
+async fn response_head(addr: std::net::SocketAddr, head: &str) -> (tokio::net::TcpStream, String) {
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !received.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut buffer))
+            .await
+            .expect("a response within 10 s")
+            .unwrap();
+        assert!(read > 0, "connection closed before a response");
+        received.extend_from_slice(&buffer[..read]);
+    }
+    (tcp, String::from_utf8_lossy(&received).to_lowercase())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusal_sent_before_the_body_arrived_says_it_closes_the_connection() {
+    let fleet = Fleet::start().await;
+    let pod = fleet.pod(&[]).await;
+    let host = format!("host: {}\r\n", pod.addr);
+
+    // The body is still on its way when authentication refuses the call:
+    // hyper will not read it and closes the connection after the answer,
+    // so the answer must say so, or the client's next request on it (an
+    // SDK's OAuth discovery, say) is dropped.
+    let (mut tcp, head) = response_head(
+        pod.addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\n{host}content-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\ncontent-length: 64\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 401"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    // And it does close, rather than wait for the rest.
+    let mut rest = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the pod closes the connection")
+    .unwrap();
+
+    // A refusal of a request without a body keeps the connection.
+    let (_, head) = response_head(
+        pod.addr,
+        &format!("GET /mcp HTTP/1.1\r\n{host}accept: text/event-stream\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 401"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
 }
