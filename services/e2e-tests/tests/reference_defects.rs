@@ -949,6 +949,8 @@ async fn sparse_fields_return_only_the_requested_fields_and_no_false_staleness()
             vec!["accessCount", "content", "id"],
         ),
         (json!(["topic", "linked"]), vec!["id", "linked", "topic"]),
+        // Naming the id, which always comes, is no error.
+        (json!(["id", "content"]), vec!["content", "id"]),
     ] {
         let recalled = mcp
             .ok("recall", json!({"text": "design review", "fields": fields}))

@@ -52,6 +52,9 @@ pub(crate) enum LinkRelation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum Field {
+    // Always returned; naming it is allowed. (A doc comment here would
+    // turn the schema's enum into a `oneOf`.)
+    Id,
     Content,
     Topic,
     Type,
