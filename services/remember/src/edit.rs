@@ -113,6 +113,13 @@ impl RememberServer {
         principal.require(Permission::Write)?;
         let agent_id = resolve_agent_id(request.agent_id.as_deref(), principal)?;
         let id = fragment_id(&request.id)?;
+        if !asks_a_change(&request) {
+            // Else an empty version would join the memory's history.
+            return Err(Error::invalid_argument(
+                "nothing to amend: give at least one of content, topic, keywords, type, \
+                 importance, isAnchor, assertionStatus, resolutionStatus, affect, caseId or phase",
+            ));
+        }
         let mut client = self.store.client().await?;
         let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
         let stored = fragments::load(&tx, &principal.readable_key_ids(), &agent_id, &[id], true)
@@ -328,6 +335,21 @@ impl RememberServer {
             dry_run: false,
         })
     }
+}
+
+/// Whether an amendment names anything to change.
+fn asks_a_change(request: &AmendRequest) -> bool {
+    request.content.is_some()
+        || request.topic.is_some()
+        || request.keywords.is_some()
+        || request.r#type.is_some()
+        || request.importance.is_some()
+        || request.is_anchor.is_some()
+        || request.assertion_status.is_some()
+        || request.resolution_status.is_some()
+        || request.affect.is_some()
+        || request.case_id.is_some()
+        || request.phase.is_some()
 }
 
 /// The amended fragment as a `remember` input: stored values overridden by

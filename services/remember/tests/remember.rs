@@ -1490,6 +1490,35 @@ mod edits {
             .unwrap();
         assert!(!clash.updated);
         assert_eq!(clash.existing_id.as_deref(), Some(other.as_str()));
+        // Nothing to change: refused, and no empty version is kept.
+        let empty = h
+            .server
+            .amend(
+                &h.who(),
+                AmendRequest {
+                    id: id.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(empty.code, mneme_core::ErrorCode::InvalidArgument);
+        assert!(
+            empty.message.starts_with("nothing to amend"),
+            "{}",
+            empty.message
+        );
+        let versions: i64 =
+            h.db.owner_in_tenant(h.tenant.tenant_id)
+                .await
+                .query_one(
+                    "SELECT count(*) FROM mneme.fragment_versions WHERE fragment_id::text = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap()
+                .get(0);
+        assert_eq!(versions, 1);
         // Supersede: a new memory, the old one stops being valid.
         let replaced = h
             .server
@@ -1529,6 +1558,7 @@ mod edits {
                 &h.who(),
                 AmendRequest {
                     id: uuid::Uuid::new_v4().to_string(),
+                    importance: Some(0.5),
                     ..Default::default()
                 },
             )
