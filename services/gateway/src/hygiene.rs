@@ -82,6 +82,22 @@ fn default_port(scheme: &str) -> Option<&'static str> {
     }
 }
 
+/// The allow-list as rmcp should read it: an entry without a port names
+/// its scheme's default port, as it does here. rmcp still reads such an
+/// entry as "any port" (deprecated, and warned about at every start).
+pub(crate) fn origins_with_explicit_ports(origins: &[String]) -> Vec<String> {
+    origins
+        .iter()
+        .map(|entry| match split_origin(entry) {
+            Some((scheme, host, None)) => match default_port(&scheme) {
+                Some(port) => format!("{scheme}://{host}:{port}"),
+                None => entry.clone(),
+            },
+            _ => entry.clone(),
+        })
+        .collect()
+}
+
 fn origin_matches(entry: &str, origin: &str) -> bool {
     let (Some(allowed), Some(actual)) = (split_origin(entry), split_origin(origin)) else {
         return false;
@@ -241,6 +257,28 @@ mod tests {
             "http://localhost:5173"
         ));
         assert!(!origin_matches("http://localhost:*", "null"));
+    }
+
+    #[test]
+    fn rmcp_gets_every_default_port_spelled_out() {
+        let entries = [
+            "https://claude.ai",
+            "http://127.0.0.1:8080",
+            "http://localhost:*",
+            "HTTP://Example.com/",
+            "null",
+        ]
+        .map(String::from);
+        assert_eq!(
+            origins_with_explicit_ports(&entries),
+            [
+                "https://claude.ai:443",
+                "http://127.0.0.1:8080",
+                "http://localhost:*",
+                "http://example.com:80",
+                "null",
+            ]
+        );
     }
 
     #[test]

@@ -378,8 +378,10 @@ pub(crate) fn service(
     http = if config.allowed_origins.is_empty() {
         http.disable_allowed_origins()
     } else {
-        http.with_allowed_origins(config.allowed_origins.clone())
-            .enforce_origin_validation()
+        http.with_allowed_origins(crate::hygiene::origins_with_explicit_ports(
+            &config.allowed_origins,
+        ))
+        .enforce_origin_validation()
     };
     let server = McpServer::for_app(app);
     StreamableHttpService::new(
