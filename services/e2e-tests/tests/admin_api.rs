@@ -939,13 +939,21 @@ async fn memory_browse_amend_forget_export_and_import() {
     let ndjson = export.text().await.unwrap();
     assert_eq!(ndjson.lines().count(), 5, "{ndjson}");
     let b_owner = Person::sign_in(&w.stack, "owner@globex.test").await;
-    let import = format!("{ndjson}{{\"content\": \"no topic or type\"}}\n");
+    // The export's own fields (`id`, `keyId`, `createdAt`) are read or
+    // set by the import; a misspelt field is refused as `remember` refuses it.
+    let import = format!(
+        "{ndjson}{{\"content\": \"no topic or type\"}}\n\
+         {{\"content\": \"The cache is warmed at deploy time.\", \"topic\": \"ops\", \"type\": \"fact\", \"importanse\": 0.9}}\n"
+    );
     let b_key = w.b.key_id.to_string();
     let (_, result) = b_owner.import(&b_key, import.clone()).await;
     assert_eq!(result["imported"], 5, "{result}");
-    assert_eq!(result["failed"], 1, "{result}");
+    assert_eq!(result["failed"], 2, "{result}");
     assert_eq!(result["results"][5]["line"], 6);
     assert_eq!(result["results"][5]["status"], "rejected");
+    assert_eq!(result["results"][6]["status"], "rejected");
+    let error = result["results"][6]["error"].as_str().unwrap();
+    assert!(error.contains("unknown field `importanse`"), "{error}");
     let (_, again) = b_owner.import(&b_key, import).await;
     assert_eq!(again["imported"], 0, "{again}");
     assert_eq!(again["duplicates"], 5, "{again}");

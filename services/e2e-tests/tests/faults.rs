@@ -462,7 +462,7 @@ async fn mixed_client(
             ),
             (
                 "recall",
-                json!({"query": format!("deploy pipeline step {n}"), "topic": format!("load-{id}")}),
+                json!({"text": format!("deploy pipeline step {n}"), "topic": format!("load-{id}")}),
             ),
         ];
         let mut failed = false;
@@ -558,7 +558,7 @@ async fn full_service(cluster: &Cluster, probe: &str) -> bool {
         .await;
     remembered.is_ok()
         && mcp
-            .call("recall", json!({"query": "probe after the outage"}))
+            .call("recall", json!({"text": "probe after the outage"}))
             .await
             .is_ok()
 }
@@ -643,7 +643,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
     // written, so they live on this pod alone until Redis is back).
     let during = cluster.client().await;
     let outcome = during
-        .call("recall", json!({"query": "deploy pipeline"}))
+        .call("recall", json!({"text": "deploy pipeline"}))
         .await;
     assert!(
         outcome.is_ok(),
@@ -653,7 +653,7 @@ async fn with_redis_down_memory_tools_keep_answering_and_recover_by_themselves()
     // session from its signed id and the caller's credentials.
     let elsewhere = during
         .via(&cluster.http[1])
-        .call("recall", json!({"query": "deploy pipeline"}))
+        .call("recall", json!({"text": "deploy pipeline"}))
         .await;
     assert!(
         elsewhere.is_ok(),

@@ -318,7 +318,7 @@ async fn one_tool_call_is_one_trace_across_gateway_and_backend() {
     // A recall: gateway → recall over gRPC → PostgreSQL.
     let (trace_id, traceparent) = new_trace();
     let answer = mcp
-        .call("recall", json!({"query": "deploy schedule"}), &traceparent)
+        .call("recall", json!({"text": "deploy schedule"}), &traceparent)
         .await;
     assert!(answer.get("result").is_some(), "{answer}");
     let spans = collector

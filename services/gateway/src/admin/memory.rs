@@ -439,11 +439,22 @@ pub(crate) async fn export(
 /// Items per `batch_remember` call (its maximum).
 const IMPORT_BATCH: usize = 200;
 
+/// Fields of an export line that are no `remember` argument: the import
+/// reads `id` for idempotency and sets the key and creation time itself.
+const EXPORT_ONLY_FIELDS: [&str; 3] = ["id", "keyId", "createdAt"];
+
 /// One import line as `remember` arguments, or why it cannot be. A line
-/// with the `id` of an export imports idempotently (`import:<id>`).
+/// with the `id` of an export imports idempotently (`import:<id>`); any
+/// other field that is no `remember` argument is refused, as `remember`
+/// refuses it.
 fn import_item(line: &str) -> Result<v1::RememberRequest, String> {
-    let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let mut value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let original = value.get("id").and_then(Value::as_str).map(str::to_owned);
+    if let Some(fields) = value.as_object_mut() {
+        for field in EXPORT_ONLY_FIELDS {
+            fields.remove(field);
+        }
+    }
     let args: RememberArgs = serde_json::from_value(value).map_err(|e| e.to_string())?;
     if matches!(args.scope, Some(crate::tools::kinds::Scope::Session)) {
         return Err("session-scoped memories cannot be imported".into());

@@ -10,7 +10,7 @@ use super::{ToolContext, ToolSpec};
 
 /// Arguments of `memory_consolidate`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ConsolidateArgs {
     /// Report what each stage would change, and change nothing.
     #[serde(default)]

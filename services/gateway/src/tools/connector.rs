@@ -17,6 +17,7 @@ const TITLE_CHARS: usize = 80;
 
 /// Arguments of `search`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct SearchArgs {
     /// What to look for, in any language.
     pub query: String,
@@ -37,6 +38,7 @@ pub(crate) struct SearchResult {
 
 /// Arguments of `fetch`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct FetchArgs {
     /// An `id` returned by `search`.
     pub id: String,

@@ -11,7 +11,7 @@ use super::{EXAMPLE_FRAGMENT_ID, EXAMPLE_OTHER_FRAGMENT_ID, ToolContext, ToolSpe
 
 /// Arguments of `forget`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ForgetArgs {
     /// Id of the memory to delete. Give either `id` or `topic`.
     pub id: Option<String>,
@@ -40,7 +40,7 @@ pub(crate) struct ForgetResult {
 
 /// Arguments of `amend`. Only the fields given change.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct AmendArgs {
     /// Id of the memory to change.
     pub id: String,
@@ -99,7 +99,7 @@ pub(crate) enum RelationArg {
 
 /// Arguments of `link`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct LinkArgs {
     pub from_id: String,
     pub to_id: String,

@@ -16,7 +16,7 @@ use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Arguments of `memory_stats`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct StatsArgs {
     pub agent_id: Option<String>,
 }
@@ -73,7 +73,7 @@ pub(crate) struct TopicCount {
 
 /// Arguments of `graph_explore`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct GraphArgs {
     /// The memory to start from.
     pub start_id: String,
@@ -124,7 +124,7 @@ pub(crate) struct GraphResult {
 
 /// Arguments of `fragment_history`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct HistoryArgs {
     pub id: String,
     pub agent_id: Option<String>,
@@ -160,7 +160,7 @@ pub(crate) struct HistoryResult {
 
 /// Arguments of `reconstruct_history`. Give `caseId` or `entity`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ReconstructArgs {
     pub case_id: Option<String>,
     /// A topic, or a keyword the memories carry.
@@ -220,7 +220,7 @@ pub(crate) struct ReconstructResult {
 
 /// Arguments of `search_traces`: structured filters, no ranking.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct TracesArgs {
     /// Only memories of this kind.
     #[serde(alias = "event_type")]

@@ -44,6 +44,7 @@ pub(crate) enum Section {
 
 /// Arguments of `get_skill_guide`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct GuideArgs {
     /// The section to read (default `overview`).
     pub section: Option<Section>,

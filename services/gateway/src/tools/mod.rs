@@ -545,6 +545,27 @@ mod tests {
         }
     }
 
+    /// A misspelt filter silently ignored would answer a different question
+    /// than the one asked (`search_traces` with `query` listed everything).
+    #[test]
+    fn every_tool_refuses_an_argument_it_does_not_declare() {
+        for tool in REGISTRY.tools.values() {
+            let Some(Value::Object(mut arguments)) = tool.example.as_ref().map(with_ids) else {
+                panic!("`{}` has no example", tool.name);
+            };
+            arguments.insert("notAnArgument".into(), json!("x"));
+            match (tool.check_arguments)(arguments) {
+                Ok(()) => panic!("`{}` accepted an undeclared argument", tool.name),
+                Err(error) => assert!(
+                    error.message.contains("unknown field `notAnArgument`"),
+                    "`{}`: {}",
+                    tool.name,
+                    error.message
+                ),
+            }
+        }
+    }
+
     #[test]
     fn permissions_decide_which_tools_are_visible() {
         let reader = names(&principal(&[Permission::Read], None));

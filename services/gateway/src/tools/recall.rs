@@ -12,6 +12,7 @@ use super::{ToolContext, ToolSpec};
 
 /// Event-time window of `recall`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct TimeRange {
     /// Start: RFC 3339 (UTC when it has no offset), a date (2024-05-01), or
     /// a relative expression such as `yesterday`, `3 days ago`, `last 2
@@ -87,7 +88,7 @@ pub(crate) enum Field {
 
 /// Arguments of `recall`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct RecallArgs {
     /// Natural-language question or description of what to find (any language).
     pub text: Option<String>,

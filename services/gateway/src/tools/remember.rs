@@ -14,7 +14,7 @@ use super::{ToolContext, ToolSpec};
 
 /// Arguments of `remember`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct RememberArgs {
     /// One self-contained fact: resolve pronouns, name concrete entities and
     /// numbers, one topic per call, cause and effect together. At most 300
@@ -127,7 +127,7 @@ pub(crate) struct QuotaInfo {
 
 /// Arguments of `batch_remember`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct BatchRememberArgs {
     /// The memories, each with the arguments of `remember` (at most 200).
     pub fragments: Vec<RememberArgs>,

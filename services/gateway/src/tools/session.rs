@@ -14,7 +14,7 @@ use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 
 /// Arguments of `context`.
 #[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ContextArgs {
     /// Estimated tokens of the whole block (default 2000).
     pub token_budget: Option<u32>,
@@ -56,6 +56,7 @@ pub(crate) struct ContextResult {
 
 /// How a whole task went.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct TaskEffectiveness {
     pub overall_success: bool,
     /// Tools that helped.
@@ -86,6 +87,7 @@ impl Items {
 /// Arguments of `reflect`. Field names follow the reference protocol
 /// (snake_case), which agents were trained on.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ReflectArgs {
     /// What was learned: each item becomes a fact; one long text is split
     /// into sentences. Prefix an item with `LEARNING:` to mark a lesson.
@@ -150,6 +152,7 @@ pub(crate) enum Trigger {
 
 /// Arguments of `tool_feedback`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ToolFeedbackArgs {
     /// The tool whose result is judged, e.g. `recall`.
     pub tool_name: String,

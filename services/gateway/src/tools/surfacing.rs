@@ -28,6 +28,7 @@ pub(crate) struct FeedbackArgs {
 
 /// One memory's rating.
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct MemoryRatingArg {
     pub memory_id: String,
     pub rating: String,
