@@ -10,6 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::Utc;
+use mneme_core::json::shortest;
 use mneme_core::{Error, Permission};
 use mneme_proto::v1;
 use mneme_store::{
@@ -247,7 +248,7 @@ pub(crate) async fn session(
             "content": i.content,
             "topic": i.topic,
             "type": i.fragment_type,
-            "importance": i.importance,
+            "importance": shortest(i.importance),
             "createdAt": chrono::DateTime::from_timestamp_millis(i.created_at_unix_ms),
         })).collect::<Vec<_>>(),
     }))

@@ -11,6 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::IntoResponse;
 use mneme_core::cursor::KeysetCursor;
+use mneme_core::json::shortest;
 use mneme_core::{Error, Permission, Principal};
 use mneme_proto::v1;
 use mneme_store::fragments::{self, BrowseFilter, Fragment};
@@ -41,7 +42,7 @@ fn summary(fragment: &Fragment, names: &HashMap<Uuid, String>) -> Value {
         "topic": fragment.topic,
         "type": fragment.fragment_type,
         "keywords": fragment.keywords,
-        "importance": fragment.importance,
+        "importance": shortest(fragment.importance),
         "isAnchor": fragment.is_anchor,
         "workspace": fragment.workspace,
         "agentId": fragment.agent_id,
@@ -61,7 +62,7 @@ fn export_line(fragment: &Fragment) -> Value {
         "topic": fragment.topic,
         "type": fragment.fragment_type,
         "keywords": fragment.keywords,
-        "importance": fragment.importance,
+        "importance": shortest(fragment.importance),
         "isAnchor": fragment.is_anchor,
         "source": fragment.source,
         "workspace": fragment.workspace,
@@ -208,7 +209,7 @@ pub(crate) async fn show(State(app): State<App>, scope: InTenant, Path(id): Path
         "links": ends.iter().map(|e| json!({
             "id": e.other,
             "relation": e.relation_type,
-            "weight": e.weight,
+            "weight": shortest(e.weight),
             "direction": if e.outgoing { "outgoing" } else { "incoming" },
             "content": contents.get(&e.other),
         })).collect::<Vec<_>>(),
@@ -217,7 +218,7 @@ pub(crate) async fn show(State(app): State<App>, scope: InTenant, Path(id): Path
             "topic": v.topic,
             "keywords": v.keywords,
             "type": v.fragment_type,
-            "importance": v.importance,
+            "importance": shortest(v.importance),
             "isAnchor": v.is_anchor,
             "amendedBy": v.amended_by,
             "amendedAt": v.amended_at,
@@ -293,7 +294,7 @@ pub(crate) async fn amend(
                     "content": body.content.is_some(),
                     "topic": body.topic,
                     "type": body.kind,
-                    "importance": body.importance,
+                    "importance": body.importance.map(shortest),
                     "isAnchor": body.is_anchor,
                     "keywords": body.keywords.is_some(),
                 },
@@ -598,14 +599,14 @@ pub(crate) async fn graph(
             "id": f.id,
             "label": f.content.chars().take(80).collect::<String>(),
             "type": f.fragment_type,
-            "importance": f.importance,
+            "importance": shortest(f.importance),
             "topic": f.topic,
         })).collect::<Vec<_>>(),
         "edges": edges.iter().map(|e| json!({
             "source": e.from_id,
             "target": e.to_id,
             "relation": e.relation_type,
-            "weight": e.weight,
+            "weight": shortest(e.weight),
         })).collect::<Vec<_>>(),
     }))
 }

@@ -204,7 +204,7 @@ impl ToolSpec {
                 Box::pin(async move {
                     let arguments: A = parse_arguments(arguments)?;
                     let result = handler(context, arguments).await?;
-                    serde_json::to_value(result).map_err(|error| {
+                    mneme_core::json::to_value(&result).map_err(|error| {
                         tracing::error!(%error, "tool result does not serialise");
                         Error::internal()
                     })

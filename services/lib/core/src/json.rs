@@ -1,4 +1,6 @@
-//! Strict JSON reading for bodies that more than one parser reads.
+//! JSON reading and writing beyond serde_json's defaults.
+//!
+//! **Strict reading** for bodies that more than one parser reads.
 //!
 //! RFC 8259 leaves an object with a repeated name to the parser: serde's
 //! `Value` keeps the last one, serde's derived structs reject it, and an
@@ -8,16 +10,33 @@
 //! tool is called. [`from_slice`] removes that class of bug at the door: it
 //! parses like `serde_json::from_slice::<Value>` in one pass, but refuses
 //! an object that repeats a name (RFC 7493, I-JSON, makes this a MUST).
+//!
+//! **Short numbers.** serde_json's value serializer widens an `f32` to the
+//! `f64` nearest it, so an importance of 0.6 reaches clients as
+//! 0.6000000238418579, while its text serializer writes the `f32`'s
+//! shortest form. [`to_value`] and [`shortest`] give values that print as
+//! the `f32` does.
 
 use std::fmt;
 
-use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 /// Parses `bytes` as JSON, refusing any object with a repeated name.
 pub fn from_slice(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     serde_json::from_slice::<Strict>(bytes).map(|strict| strict.0)
+}
+
+/// `value` as a JSON value whose numbers print as they do in text
+/// (`f32` fields in their shortest form).
+pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::Error> {
+    serde_json::to_vec(value).and_then(|bytes| serde_json::from_slice(&bytes))
+}
+
+/// The `f64` that prints as `value` does, for an `f32` placed in `json!`.
+pub fn shortest(value: f32) -> f64 {
+    value.to_string().parse().unwrap_or(f64::from(value))
 }
 
 struct Strict(Value);
@@ -94,6 +113,32 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn f32_values_keep_their_short_form() {
+        #[derive(Serialize)]
+        struct Memory {
+            importance: f32,
+            weights: Vec<Option<f32>>,
+            score: f64,
+        }
+        let memory = Memory {
+            importance: 0.6,
+            weights: vec![Some(0.7), None],
+            score: 0.925,
+        };
+        assert_ne!(
+            serde_json::to_value(&memory).unwrap()["importance"],
+            json!(0.6)
+        );
+        assert_eq!(
+            to_value(&memory).unwrap(),
+            json!({"importance": 0.6, "weights": [0.7, null], "score": 0.925})
+        );
+        assert_eq!(json!(shortest(0.6)), json!(0.6));
+        assert_eq!(shortest(f32::MAX), 3.4028235e38);
+        assert!(shortest(f32::NAN).is_nan());
+    }
 
     #[test]
     fn reads_what_serde_json_reads() {
