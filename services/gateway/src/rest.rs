@@ -5,8 +5,9 @@
 //! `GET /memories/{id}`, the address `search` and `fetch` results cite.
 //! Same authentication, same checks and same handlers as MCP.
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -56,16 +57,15 @@ async fn call_tool(
     State(app): State<App>,
     Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
-    body: Option<Json<Value>>,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Response {
-    let arguments = match body.map(|Json(value)| value) {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(arguments)) => arguments,
-        Some(_) => {
-            return ApiError(Error::invalid_argument(
-                "the request body must be a JSON object of tool arguments",
-            ))
-            .into_response();
+    let arguments = match arguments_of(&headers, &body) {
+        Ok(arguments) => arguments,
+        Err((status, error)) => {
+            let mut response = ApiError(error).into_response();
+            *response.status_mut() = status;
+            return response;
         }
     };
     if REGISTRY.get(&name).is_none() {
@@ -93,6 +93,56 @@ async fn call_tool(
         Ok(result) => (StatusCode::OK, Json(result)).into_response(),
         Err(error) => ApiError(error).into_response(),
     }
+}
+
+/// A tool's arguments from a request body: a JSON object, read as strictly
+/// as on `/mcp` (a repeated name is refused); an empty body is no
+/// arguments. Refusals speak the error vocabulary rather than axum's
+/// plain-text rejections.
+fn arguments_of(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Map<String, Value>, (StatusCode, Error)> {
+    if body.trim_ascii().is_empty() {
+        return Ok(Map::new());
+    }
+    if !is_json(headers) {
+        return Err((
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::invalid_argument(
+                "send the tool's arguments as a JSON object with `Content-Type: application/json`",
+            ),
+        ));
+    }
+    let refused = |message: String| (StatusCode::BAD_REQUEST, Error::invalid_argument(message));
+    match mneme_core::json::from_slice(body) {
+        Ok(Value::Object(arguments)) => Ok(arguments),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(_) => Err(refused(
+            "the request body must be a JSON object of tool arguments".into(),
+        )),
+        Err(error) => Err(refused(format!(
+            "the request body is not valid JSON: {error}"
+        ))),
+    }
+}
+
+/// `application/json`, or a `+json` type, with any parameters.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(content_type) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let media_type = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    media_type == "application/json"
+        || (media_type.starts_with("application/") && media_type.ends_with("+json"))
 }
 
 /// OpenAPI 3.1 for the caller's tools: the registry's, then those of the
@@ -254,6 +304,50 @@ fn openapi_document<'a>(public_url: &str, tools: impl Iterator<Item = &'a ToolSp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+        headers
+    }
+
+    /// The status, error code and message of a refusal.
+    fn refusal(result: Result<Map<String, Value>, (StatusCode, Error)>) -> (u16, String, String) {
+        let (status, error) = result.expect_err("refused");
+        (
+            status.as_u16(),
+            error.code.as_str().to_owned(),
+            error.message,
+        )
+    }
+
+    #[test]
+    fn bodies_become_arguments_or_refusals_in_the_error_vocabulary() {
+        let json = headers("application/json; charset=utf-8");
+        let arguments = arguments_of(&json, br#"{"text": "redis"}"#).unwrap();
+        assert_eq!(arguments["text"], "redis");
+        assert!(arguments_of(&HeaderMap::new(), b"").unwrap().is_empty());
+        assert!(arguments_of(&json, b" \n").unwrap().is_empty());
+        assert!(arguments_of(&json, b"null").unwrap().is_empty());
+        assert!(arguments_of(&headers("application/merge-patch+json"), b"{}").is_ok());
+
+        let form = headers("application/x-www-form-urlencoded");
+        let (status, code, message) = refusal(arguments_of(&form, b"text=redis"));
+        assert_eq!((status, code.as_str()), (415, "invalid_argument"));
+        assert!(message.contains("application/json"), "{message}");
+        let (status, _, _) = refusal(arguments_of(&HeaderMap::new(), b"{}"));
+        assert_eq!(status, 415);
+
+        for (body, says) in [
+            (&br#"{"text": "redis""#[..], "not valid JSON"),
+            (br#"{"text": "a", "text": "b"}"#, "twice"),
+            (b"[1]", "JSON object"),
+        ] {
+            let (status, code, message) = refusal(arguments_of(&json, body));
+            assert_eq!((status, code.as_str()), (400, "invalid_argument"));
+            assert!(message.contains(says), "{message}");
+        }
+    }
 
     #[test]
     fn definitions_move_to_components_and_references_follow() {
