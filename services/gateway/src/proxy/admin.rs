@@ -144,7 +144,7 @@ fn answer(result: Result<(StatusCode, Value), Error>) -> Response {
 }
 
 fn json(value: impl Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
+    mneme_core::json::to_value(&value).unwrap_or(Value::Null)
 }
 
 async fn list(State(app): State<App>, Extension(principal): Extension<Principal>) -> Response {

@@ -376,7 +376,7 @@ pub(super) fn memory(f: v1::RecalledFragment) -> RecalledMemory {
 /// Keeps `id` and the requested fields only. Nothing is added back: a
 /// caller asking for `content` gets exactly `{id, content}`.
 fn select(memory: RecalledMemory, fields: &[Field]) -> Map<String, Value> {
-    let Ok(Value::Object(mut all)) = serde_json::to_value(memory) else {
+    let Ok(Value::Object(mut all)) = mneme_core::json::to_value(&memory) else {
         return Map::new();
     };
     if fields.is_empty() {
@@ -493,5 +493,18 @@ mod tests {
             Value::Object(selected),
             serde_json::json!({"id": "f-1", "content": "c", "accessCount": 7})
         );
+    }
+
+    #[test]
+    fn selected_numbers_keep_their_short_form() {
+        let memory = memory(v1::RecalledFragment {
+            id: "f-1".into(),
+            importance: 0.6,
+            similarity: Some(0.85),
+            ..Default::default()
+        });
+        let selected = select(memory, &[]);
+        assert_eq!(selected["importance"], serde_json::json!(0.6));
+        assert_eq!(selected["similarity"], serde_json::json!(0.85));
     }
 }
