@@ -522,7 +522,7 @@ async fn apply_model_work(
             for pair in &superseded {
                 let done = mneme_store::fragments::supersede(
                     tx,
-                    &[pair.key_id],
+                    pair.key_id,
                     &[pair.older_id],
                     pair.newer_id,
                 )

@@ -63,6 +63,7 @@ impl RememberServer {
                 let tx = TenantTx::begin(&mut client, principal.tenant_id).await?;
                 let forgotten = fragments::forget(
                     &tx,
+                    principal.key_id,
                     &principal.readable_key_ids(),
                     &agent_id,
                     target,
@@ -86,6 +87,9 @@ impl RememberServer {
         };
         if !forgotten.matched && matches!(target, ForgetTarget::Id(_)) {
             return Err(Error::fragment_not_found());
+        }
+        if forgotten.held_by_group_peer {
+            return Err(held_by_group_peer("forget it"));
         }
         if !request.dry_run && !forgotten.deleted.is_empty() {
             tracing::info!(tenant.id = %principal.tenant_id, count = forgotten.deleted.len(), "fragments forgotten");
@@ -126,6 +130,9 @@ impl RememberServer {
             .await?
             .pop()
             .ok_or_else(Error::fragment_not_found)?;
+        if stored.key_id != principal.key_id {
+            return Err(held_by_group_peer("amend it"));
+        }
         if stored.valid_to.is_some() {
             return Err(Error::invalid_argument(
                 "this fragment was superseded; amend the fragment that replaced it",
@@ -191,7 +198,7 @@ impl RememberServer {
                 session_id: principal.session_id.as_deref(),
             };
             let written = fragments::insert(&tx, author, &amended).await?;
-            fragments::supersede(&tx, &principal.readable_key_ids(), &[id], written.id).await?;
+            fragments::supersede(&tx, principal.key_id, &[id], written.id).await?;
             (written.id, 0)
         } else {
             let count = versions::record(&tx, &stored, principal.key_id).await?;
@@ -296,6 +303,16 @@ impl RememberServer {
         if ends.len() != 2 {
             return Err(not_found());
         }
+        // `resolved_by` changes the error's own status, which is a write.
+        if relation == RelationType::ResolvedBy
+            && ends
+                .iter()
+                .any(|end| end.id == from && end.key_id != principal.key_id)
+        {
+            return Err(held_by_group_peer(
+                "mark it resolved; link it `related` to your fix instead",
+            ));
+        }
         if relation.is_directional()
             && links::would_cycle(&tx, from, to, relation.as_str(), CYCLE_DEPTH).await?
         {
@@ -335,6 +352,16 @@ impl RememberServer {
             dry_run: false,
         })
     }
+}
+
+/// The refusal to change a fragment the caller reads through a key group:
+/// groups share reading, while writing stays with the key that stored it.
+/// Not an existence oracle, since the caller can already read the fragment.
+fn held_by_group_peer(action: &str) -> Error {
+    Error::permission_denied(format!(
+        "this memory belongs to another API key of your key group; a group shares reading, \
+         so only that key (or a tenant administrator) can {action}"
+    ))
 }
 
 /// Whether an amendment names anything to change.

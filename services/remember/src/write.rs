@@ -370,11 +370,12 @@ impl RememberServer {
                     .iter()
                     .filter_map(|s| s.trim().parse().ok())
                     .collect();
-                let done = fragments::supersede(tx, &key_ids, &old, *id).await?;
+                let done = fragments::supersede(tx, principal.key_id, &old, *id).await?;
                 for requested in &write.supersedes {
                     if !done.iter().any(|d| d.to_string() == requested.trim()) {
                         entail.warnings.push(format!(
-                            "supersedes: no valid fragment `{requested}` to supersede"
+                            "supersedes: no valid fragment `{requested}` of this API key to \
+                             supersede"
                         ));
                     }
                 }

@@ -1648,4 +1648,192 @@ mod edits {
             .unwrap_err();
         assert_eq!(foreign.code, ErrorCode::NotFound);
     }
+
+    /// Key groups share reading, not writing: a group peer can read a
+    /// key's memories but cannot amend, forget, supersede or resolve them,
+    /// while their own key still can.
+    #[tokio::test]
+    async fn a_group_peer_reads_but_cannot_change_another_keys_memories() {
+        use mneme_store::{TenantTx, api_keys, key_groups};
+        let h = harness().await;
+        let mut client = h.db.store().client().await.unwrap();
+        let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
+            .await
+            .unwrap();
+        let (peer_key, _) = api_keys::create(
+            &tx,
+            &api_keys::NewKey {
+                name: "teammate".into(),
+                permissions: ALL_PERMISSIONS.to_vec(),
+                default_workspace: None,
+                fragment_limit: None,
+                expires_at: None,
+            },
+        )
+        .await
+        .unwrap();
+        let group = key_groups::create(&tx, "team", None).await.unwrap();
+        for key in [h.tenant.key_id, peer_key.id] {
+            key_groups::add_member(&tx, group.id, key).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let mut owner = h.who();
+        owner.group_key_ids = vec![peer_key.id];
+        let mut peer = h.who();
+        peer.key_id = peer_key.id;
+        peer.group_key_ids = vec![h.tenant.key_id];
+
+        let deploy = h
+            .store(
+                "Billing deploys through ArgoCD on Tuesdays.",
+                "fact",
+                "billing",
+            )
+            .await;
+        let outage = h
+            .store(
+                "Billing webhooks failed with HTTP 502 after the deploy.",
+                "error",
+                "billing",
+            )
+            .await;
+        let peer_fix = h
+            .server
+            .remember(
+                &peer,
+                RememberRequest {
+                    content: "Raising the webhook proxy timeout fixed the 502s.".into(),
+                    r#type: "procedure".into(),
+                    topic: "billing".into(),
+                    supersedes: vec![deploy.clone()],
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(peer_fix.superseded.is_empty(), "{peer_fix:?}");
+        assert!(
+            peer_fix.warnings.iter().any(|w| w.contains(&deploy)),
+            "{:?}",
+            peer_fix.warnings
+        );
+
+        let amend = h
+            .server
+            .amend(
+                &peer,
+                AmendRequest {
+                    id: deploy.clone(),
+                    content: Some("Billing deploys through ArgoCD on Fridays.".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(amend.code, ErrorCode::PermissionDenied, "{}", amend.message);
+        assert!(amend.message.contains("key group"), "{}", amend.message);
+        let forget = h
+            .server
+            .forget(
+                &peer,
+                ForgetRequest {
+                    id: deploy.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            forget.code,
+            ErrorCode::PermissionDenied,
+            "{}",
+            forget.message
+        );
+        let by_topic = h
+            .server
+            .forget(
+                &peer,
+                ForgetRequest {
+                    topic: Some("billing".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            by_topic.ids,
+            vec![peer_fix.id.clone()],
+            "only the peer's own"
+        );
+        let resolve = h
+            .server
+            .link(
+                &peer,
+                LinkRequest {
+                    from_id: outage.clone(),
+                    to_id: deploy.clone(),
+                    relation_type: "resolved_by".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            resolve.code,
+            ErrorCode::PermissionDenied,
+            "{}",
+            resolve.message
+        );
+        // Linking readable memories stays open to the group.
+        let related = h
+            .server
+            .link(
+                &peer,
+                LinkRequest {
+                    from_id: outage.clone(),
+                    to_id: deploy.clone(),
+                    relation_type: "related".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(related.linked);
+        let unchanged = format!(
+            "(id = '{deploy}' AND valid_to IS NULL AND content LIKE '%Tuesdays%') \
+             OR (id = '{outage}' AND resolution_status IS DISTINCT FROM 'resolved')"
+        );
+        assert_eq!(
+            h.count(&unchanged).await,
+            2,
+            "the owner's memories are unchanged"
+        );
+
+        // The owner itself still may.
+        let amended = h
+            .server
+            .amend(
+                &owner,
+                AmendRequest {
+                    id: deploy.clone(),
+                    content: Some("Billing deploys through ArgoCD on Fridays.".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(amended.updated);
+        let forgotten = h
+            .server
+            .forget(
+                &owner,
+                ForgetRequest {
+                    id: deploy.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(forgotten.deleted, 1);
+    }
 }

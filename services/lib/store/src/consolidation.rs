@@ -636,7 +636,7 @@ pub async fn fold_into(
     merged_id: Uuid,
     kept_id: Uuid,
 ) -> Result<bool> {
-    let superseded = crate::fragments::supersede(tx, &[key_id], &[merged_id], kept_id).await?;
+    let superseded = crate::fragments::supersede(tx, key_id, &[merged_id], kept_id).await?;
     if superseded.is_empty() {
         return Ok(false);
     }

@@ -371,12 +371,19 @@ pub struct Forgotten {
     pub protected: u32,
     /// Whether anything matched the target at all.
     pub matched: bool,
+    /// The fragment named by id is readable but belongs to another key of
+    /// the caller's key groups, so it was left alone.
+    pub held_by_group_peer: bool,
 }
 
-/// Deletes fragments the caller can read (its keys, its agent or the shared
-/// `default` agent). Links, versions and evidence go with them (cascade).
+/// Deletes fragments of `key_id` (its agent or the shared `default` agent).
+/// Key groups share reading, not writing: an id of a group peer's fragment
+/// (readable with `readable_keys`) is reported in `held_by_group_peer` and
+/// kept, and a topic covers only the caller's own fragments. Links,
+/// versions and evidence go with the deleted ones (cascade).
 pub async fn forget(
     tx: &TenantTx<'_>,
+    key_id: Uuid,
     readable_keys: &[Uuid],
     agent_id: &str,
     target: ForgetTarget<'_>,
@@ -390,18 +397,20 @@ pub async fn forget(
     let rows = tx
         .query(
             "WITH targets AS (
-                 SELECT id, (ttl_tier = 'permanent' OR is_anchor) AS protected
+                 SELECT id, key_id = $9 AS own, (ttl_tier = 'permanent' OR is_anchor) AS protected
                    FROM mneme.fragments
                   WHERE tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')
-                    AND ($4::uuid IS NULL OR id = $4) AND ($5::text IS NULL OR topic = $5)
+                    AND ($4::uuid IS NULL OR id = $4)
+                    AND ($5::text IS NULL OR (topic = $5 AND key_id = $9))
                   ORDER BY created_at
                   LIMIT $6
                     FOR UPDATE),
              deleted AS (
                  DELETE FROM mneme.fragments f USING targets t
-                  WHERE NOT $8 AND f.tenant_id = $1 AND f.id = t.id AND (NOT t.protected OR $7)
+                  WHERE NOT $8 AND f.tenant_id = $1 AND f.id = t.id AND t.own
+                    AND (NOT t.protected OR $7)
                  RETURNING f.id)
-             SELECT id, protected FROM targets",
+             SELECT id, protected, own FROM targets",
             &[
                 &tx.tenant_id(),
                 &readable_keys,
@@ -411,6 +420,7 @@ pub async fn forget(
                 &limit,
                 &force,
                 &dry_run,
+                &key_id,
             ],
         )
         .await?;
@@ -420,7 +430,10 @@ pub async fn forget(
     };
     for row in rows {
         let protected: bool = row.get(1);
-        if protected && !force {
+        let own: bool = row.get(2);
+        if !own {
+            forgotten.held_by_group_peer = true;
+        } else if protected && !force {
             forgotten.protected += 1;
         } else {
             forgotten.deleted.push(row.get(0));
@@ -1328,13 +1341,13 @@ pub async fn pending_embedding_backlog(tx: &TenantTx<'_>) -> Result<(i64, f64)> 
     Ok((row.get(0), row.get(1)))
 }
 
-/// Ends the validity of `old_ids` (those readable with `key_ids` and still
-/// valid) because `new_id` replaces them: `valid_to` is set, importance
+/// Ends the validity of `old_ids` (those of `key_id` still valid: a key
+/// never supersedes a group peer's fragments) because `new_id` replaces them: `valid_to` is set, importance
 /// halved (never below 0.05), and a `superseded_by` link points from each old
 /// fragment to the new one. Returns the ids that were superseded.
 pub async fn supersede(
     tx: &TenantTx<'_>,
-    key_ids: &[Uuid],
+    key_id: Uuid,
     old_ids: &[Uuid],
     new_id: Uuid,
 ) -> Result<Vec<Uuid>> {
@@ -1342,10 +1355,10 @@ pub async fn supersede(
         .query(
             "UPDATE mneme.fragments
                 SET valid_to = now(), importance = GREATEST(0.05, importance * 0.5)
-              WHERE tenant_id = $1 AND id = ANY($2) AND key_id = ANY($3) AND id <> $4
+              WHERE tenant_id = $1 AND id = ANY($2) AND key_id = $3 AND id <> $4
                 AND valid_to IS NULL
              RETURNING id",
-            &[&tx.tenant_id(), &old_ids, &key_ids, &new_id],
+            &[&tx.tenant_id(), &old_ids, &key_id, &new_id],
         )
         .await?;
     let superseded: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();

@@ -587,7 +587,7 @@ async fn forget_is_tenant_scoped_and_respects_protection() {
         target: ForgetTarget<'_>,
         force: bool,
     ) -> fragments::Forgotten {
-        fragments::forget(tx, keys, "default", target, force, false)
+        fragments::forget(tx, keys[0], keys, "default", target, force, false)
             .await
             .unwrap()
     }
