@@ -520,7 +520,8 @@ async fn tool_feedback_moves_activation_and_link_weights_and_rate_limits_decay()
         .await
         .unwrap();
     assert_eq!(stats.feedback_7d, 3);
-    assert!((stats.relevant_rate_7d - 1.0 / 3.0).abs() < 1e-6);
+    // Rates are rounded to three places, so clients never see float noise.
+    assert_eq!(stats.relevant_rate_7d, 0.333);
 }
 
 #[tokio::test]

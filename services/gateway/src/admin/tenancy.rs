@@ -397,6 +397,16 @@ fn key_changes(body: &Value) -> Result<KeyChanges, Error> {
         Ok(value)
     };
     let default_workspace: Option<Option<String>> = field(body, "defaultWorkspace")?;
+    let expires_at: Option<Option<DateTime<Utc>>> = field(body, "expiresAt")?;
+    if let Some(Some(at)) = expires_at
+        && at <= Utc::now()
+    {
+        // Such a key could never be used; to stop a key now, revoke it.
+        return Err(Error::invalid_argument(format!(
+            "expiresAt {} is not in the future; to stop a key now, revoke it",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        )));
+    }
     Ok(KeyChanges {
         name,
         permissions,
@@ -405,7 +415,7 @@ fn key_changes(body: &Value) -> Result<KeyChanges, Error> {
         fragment_limit: limit("fragmentLimit")?,
         daily_call_limit: limit("dailyCallLimit")?,
         rate_limit: limit("rateLimit")?,
-        expires_at: field::<DateTime<Utc>>(body, "expiresAt")?,
+        expires_at,
     })
 }
 
@@ -697,4 +707,23 @@ pub(crate) async fn remove_member(
     Path(ids): Path<(String, String)>,
 ) -> Reply {
     change_member(&app, scope, ids, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_cannot_be_given_an_expiry_that_has_passed() {
+        let at = |when: DateTime<Utc>| json!({ "expiresAt": when.to_rfc3339() });
+        let past = key_changes(&at(Utc::now() - chrono::Duration::minutes(1))).unwrap_err();
+        assert_eq!(past.code, mneme_core::ErrorCode::InvalidArgument);
+        assert!(past.message.contains("revoke"), "{}", past.message);
+        let future = Utc::now() + chrono::Duration::days(30);
+        let changes = key_changes(&at(future)).unwrap();
+        assert!(changes.expires_at.flatten().is_some());
+        // `null` clears an expiry.
+        let cleared = key_changes(&json!({ "expiresAt": null })).unwrap();
+        assert_eq!(cleared.expires_at, Some(None));
+    }
 }

@@ -44,13 +44,16 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
     let tenant = tx.tenant_id();
     let scope = "tenant_id = $1 AND key_id = ANY($2) AND agent_id IN ($3, 'default')";
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tenant, &key_ids, &agent_id];
+    // Averages are rounded in SQL (importance and rates to 3 places, times
+    // to 0.1 ms): the average of `real` columns carries float noise clients
+    // would otherwise show, such as 46.721378326416016 ms.
     let totals_sql = format!(
         "SELECT count(*) FILTER (WHERE valid_to IS NULL),
                 count(*) FILTER (WHERE valid_to IS NULL AND is_anchor),
                 count(*) FILTER (WHERE valid_to IS NOT NULL),
                 count(*) FILTER (WHERE valid_to IS NULL AND embedding IS NOT NULL),
                 count(*) FILTER (WHERE embedding IS NULL AND embedding_parked_at IS NULL),
-                COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::float8,
+                round(COALESCE(avg(importance) FILTER (WHERE valid_to IS NULL), 0)::numeric, 3)::float8,
                 count(DISTINCT topic) FILTER (WHERE valid_to IS NULL),
                 count(DISTINCT case_id) FILTER (WHERE valid_to IS NULL),
                 COALESCE(sum(estimated_tokens) FILTER (WHERE valid_to IS NULL), 0)::int8,
@@ -79,8 +82,8 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
         ),
         tx.query_one(
             "SELECT count(*),
-                        COALESCE(avg((result_count = 0)::int), 0)::float8,
-                        COALESCE(avg(latency_ms), 0)::float8
+                        round(COALESCE(avg((result_count = 0)::int), 0), 3)::float8,
+                        round(COALESCE(avg(latency_ms), 0)::numeric, 1)::float8
                    FROM mneme.search_events
                   WHERE tenant_id = $1 AND key_id = ANY($2)
                     AND created_at > now() - interval '7 days'",
@@ -88,8 +91,8 @@ pub async fn collect(tx: &TenantTx<'_>, key_ids: &[Uuid], agent_id: &str) -> Res
         ),
         tx.query_one(
             "SELECT count(*),
-                        COALESCE(avg(relevant::int), 0)::float8,
-                        COALESCE(avg(sufficient::int), 0)::float8
+                        round(COALESCE(avg(relevant::int), 0), 3)::float8,
+                        round(COALESCE(avg(sufficient::int), 0), 3)::float8
                    FROM mneme.tool_feedback
                   WHERE tenant_id = $1 AND key_id = ANY($2)
                     AND created_at > now() - interval '7 days'",
