@@ -331,6 +331,42 @@ fn texts(result: &CallToolResult) -> String {
         .join("\n")
 }
 
+/// One `tools/call` of the stateless 2026-07-28 era, as raw JSON-RPC (rmcp's
+/// client speaks the older, session-based era): the response message.
+async fn modern_call(world: &World, name: &str, arguments: Value) -> Value {
+    const VERSION: &str = "2026-07-28";
+    let response = world
+        .http
+        .post(world.stack.mcp_url())
+        .bearer_auth(&world.acme.api_key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": name, "arguments": arguments,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": VERSION,
+                    "io.modelcontextprotocol/clientCapabilities": {}
+                }
+            }}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    // Either a JSON body or an event stream whose data line is the message.
+    let message = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .find(|data| !data.trim().is_empty())
+        .unwrap_or(&body);
+    serde_json::from_str(message.trim()).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
 async fn tool_names(mcp: &Mcp) -> Vec<Tool> {
     mcp.client.list_all_tools().await.unwrap()
 }
@@ -409,6 +445,15 @@ async fn a_registered_upstream_is_listed_called_and_surfaced_through_mneme() {
     assert!(
         image.content.iter().any(|c| c.as_image().is_some()),
         "{image:?}"
+    );
+
+    // A client of the 2026-07-28 era requires `resultType` on every result;
+    // the upstream (an older era) sends none, so mneme adds it.
+    let modern = modern_call(&world, "ev__echo", json!({"message": "modern era"})).await;
+    assert_eq!(modern["result"]["resultType"], "complete", "{modern}");
+    assert_eq!(
+        modern["result"]["content"][0]["text"], "Echo: modern era",
+        "{modern}"
     );
 
     // The listing shows header names, never values; switching surfacing

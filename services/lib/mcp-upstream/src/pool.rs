@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 use http::{HeaderName, HeaderValue};
 use mneme_core::breaker::{Admit, Breaker, BreakerState};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    ResultType, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -502,7 +503,14 @@ impl Pool {
         let wait = remaining.min(spec.limits.call_timeout);
         match tokio::time::timeout(wait, connection.peer().call_tool(params.clone())).await {
             Err(_) => Attempt::MaybeSent(CallError::Timeout(wait)),
-            Ok(Ok(result)) => Attempt::Done(Ok(result)),
+            Ok(Ok(mut result)) => {
+                // Clients of the 2026-07-28 era require `resultType` on every
+                // result, and upstreams of older eras send none. Relayed
+                // results carry it like mneme's own; rmcp's server strips it
+                // again for sessions of older eras.
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                Attempt::Done(Ok(result))
+            }
             Ok(Err(ServiceError::McpError(error))) => Attempt::Done(Err(refused(&error))),
             Ok(Err(error @ ServiceError::TransportSend(_))) => {
                 *entry.connection.lock().await = None;
