@@ -150,7 +150,7 @@ pub async fn keys(config: &Config, command: KeysCommand) -> anyhow::Result<()> {
                     key.id,
                     key.name,
                     key.prefix,
-                    key.status,
+                    key.status_at(chrono::Utc::now()),
                     permissions.join(",")
                 );
             }

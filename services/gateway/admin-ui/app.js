@@ -829,11 +829,13 @@ function keysTable(keys) {
       { label: 'Rate limit', cls: 'num' }, 'Expires', { label: 'Actions', cls: 'actions-cell' }],
     rowAttrs: (i) => ({ dataset: { keyId: keys[i].id, keyName: keys[i].name } }),
     rows: keys.map((k) => [
-      { cls: 'nowrap', value: h('div', null, h('div', { class: 'key-name', text: k.name }),
-        h('div', { class: 'small muted' }, h('code', { text: keyPrefix(k.prefix) }),
-          k.defaultWorkspace ? ` · workspace ${k.defaultWorkspace}` : null,
-          k.defaultMode ? ` · mode ${k.defaultMode}` : null),
-        h('div', { class: 'small muted' }, 'created ', timeEl(k.createdAt))) },
+      // Workspace and mode get lines of their own, so the column stays as
+      // narrow as the prefix and the actions fit a 1280-pixel screen.
+      { value: h('div', null, h('div', { class: 'key-name', text: k.name }),
+        h('div', { class: 'small muted nowrap' }, h('code', { text: keyPrefix(k.prefix) })),
+        k.defaultWorkspace ? h('div', { class: 'small muted', text: `workspace ${k.defaultWorkspace}` }) : null,
+        k.defaultMode ? h('div', { class: 'small muted', text: `mode ${k.defaultMode}` }) : null,
+        h('div', { class: 'small muted nowrap' }, 'created ', timeEl(k.createdAt))) },
       { value: (k.permissions || []).map((p) => badge(p, p === 'admin' ? 'warn' : 'info')), cls: 'nowrap' },
       statusBadge(k.status),
       { value: limitText(k.fragments, k.fragmentLimit), cls: 'num', data: { col: 'fragmentLimit' } },
@@ -1021,7 +1023,7 @@ async function screenGroups(view) {
     },
   });
   fill(view,
-    pageHead('Key groups', 'Keys in the same group share their memories with each other.', create),
+    pageHead('Key groups', 'Keys in the same group read each other’s memories; each key changes only its own.', create),
     groups.length ? groups.map((group) => groupCard(group, keys, keyName))
       : h('section', { class: 'card' }, empty('No key groups yet',
         'Create a group and add keys to it when several agents should see each other’s memories.')));

@@ -65,7 +65,7 @@ pub(crate) async fn overview(State(app): State<App>, scope: InTenant) -> Reply {
     let now = Utc::now();
     let active_keys: Vec<_> = keys
         .iter()
-        .filter(|k| k.status == "active" && k.expires_at.is_none_or(|at| at > now))
+        .filter(|k| k.status_at(now) == "active")
         .collect();
     let mut alerts = Vec::new();
     let mut alert = |level: &str, message: String| {

@@ -279,7 +279,7 @@ fn key_view(key: &ApiKey, fragments: i64, tool_calls_today: i64) -> Value {
         "name": key.name,
         "prefix": key.prefix,
         "permissions": permissions,
-        "status": key.status,
+        "status": key.status_at(Utc::now()),
         "defaultWorkspace": key.default_workspace,
         "defaultMode": key.default_mode,
         "fragmentLimit": key.fragment_limit,
@@ -722,6 +722,28 @@ mod tests {
         let future = Utc::now() + chrono::Duration::days(30);
         let changes = key_changes(&at(future)).unwrap();
         assert!(changes.expires_at.flatten().is_some());
+        // A key past its expiry reads as expired.
+        let mut key = ApiKey {
+            id: Uuid::nil(),
+            tenant_id: Uuid::nil(),
+            name: "k".into(),
+            prefix: "p".into(),
+            permissions: vec![],
+            status: "active".into(),
+            default_workspace: None,
+            default_mode: None,
+            fragment_limit: None,
+            daily_call_limit: None,
+            rate_limit: None,
+            expires_at: Some(Utc::now() - chrono::Duration::minutes(1)),
+            created_at: Utc::now(),
+        };
+        assert_eq!(key_view(&key, 0, 0)["status"], "expired");
+        key.status = "revoked".into();
+        assert_eq!(key_view(&key, 0, 0)["status"], "revoked");
+        key.status = "active".into();
+        key.expires_at = Some(future);
+        assert_eq!(key_view(&key, 0, 0)["status"], "active");
         // `null` clears an expiry.
         let cleared = key_changes(&json!({ "expiresAt": null })).unwrap();
         assert_eq!(cleared.expires_at, Some(None));

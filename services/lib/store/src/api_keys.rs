@@ -29,6 +29,18 @@ pub struct ApiKey {
     pub created_at: DateTime<Utc>,
 }
 
+impl ApiKey {
+    /// What a person should read as the key's state at `now`: the stored
+    /// `active` or `revoked`, or `expired` for an active key past its
+    /// expiry (authentication refuses it).
+    pub fn status_at(&self, now: DateTime<Utc>) -> &str {
+        match self.expires_at {
+            Some(at) if self.status == "active" && at <= now => "expired",
+            _ => &self.status,
+        }
+    }
+}
+
 const COLUMNS: &str = "id, tenant_id, name, key_prefix, permissions, status, default_workspace, \
                        default_mode, fragment_limit, daily_call_limit, rate_limit, expires_at, \
                        created_at";
