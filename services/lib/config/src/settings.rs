@@ -437,7 +437,7 @@ settings! {
     }
     "Logging" {
         LOG = "MNEME_LOG", Some("info"),
-            "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`). Libraries that log request payloads below `info` (rmcp, tokio_postgres, fred, h2, hyper, reqwest, tonic) stay at `info` unless the filter names them.";
+            "Log filter in `tracing` syntax (e.g. `info,mneme_recall=debug`). Libraries that log request payloads below `info` (rmcp, tokio_postgres, fred, h2, hyper, reqwest, tonic) log at `info` at most (never above the filter's default level) unless the filter names them.";
         LOG_FORMAT = "MNEME_LOG_FORMAT", Some("text"),
             "`text` for humans or `json` for log pipelines. Either way, API keys, bearer tokens, JWTs and passwords in URLs are masked in every line, and memory content is never logged.";
     }

@@ -114,19 +114,31 @@ const PAYLOAD_LOGGING_TARGETS: &[&str] = &[
 ];
 
 /// `MNEME_LOG` as a filter, with [`PAYLOAD_LOGGING_TARGETS`] held at
-/// `info` unless the filter names them itself (an operator who writes
-/// `rmcp=debug` asked for it).
+/// `info` at most unless the filter names them itself (an operator who
+/// writes `rmcp=debug` asked for it). The hold only caps: under `warn`
+/// they log at `warn`, and a filter with no default level (`mneme=debug`)
+/// leaves them off.
 fn log_filter(spec: &str) -> EnvFilter {
     let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|error| {
         eprintln!("invalid MNEME_LOG filter {spec:?} ({error}); using `info`");
         EnvFilter::new("info")
     });
+    let directives = || spec.split(',').map(str::trim);
+    // The level of targets no directive names: the last bare level.
+    let Some(default) = directives()
+        .rev()
+        .find_map(|directive| directive.parse::<LevelFilter>().ok())
+    else {
+        return filter;
+    };
+    let held = default.min(LevelFilter::INFO);
     for target in PAYLOAD_LOGGING_TARGETS {
-        let named = spec
-            .split(',')
-            .any(|directive| directive.trim().split(['=', '[']).next() == Some(*target));
+        let named =
+            directives().any(|directive| directive.split(['=', '[']).next() == Some(*target));
         if !named {
-            let directive = format!("{target}=info").parse().expect("a valid directive");
+            let directive = format!("{target}={held}")
+                .parse()
+                .expect("a valid directive");
             filter = filter.add_directive(directive);
         }
     }
@@ -164,4 +176,45 @@ pub async fn shutdown_signal() {
         () = terminate => {}
     }
     tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directive_of(filter: &EnvFilter, target: &str) -> Option<String> {
+        filter
+            .to_string()
+            .split(',')
+            .find(|d| d.split('=').next() == Some(target))
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn payload_logging_libraries_are_capped_at_info_and_never_raised() {
+        assert_eq!(
+            directive_of(&log_filter("debug"), "rmcp").as_deref(),
+            Some("rmcp=info")
+        );
+        assert_eq!(
+            directive_of(&log_filter("trace,mneme=trace"), "tokio_postgres").as_deref(),
+            Some("tokio_postgres=info")
+        );
+        // A quieter default keeps them as quiet: `warn` is not raised to info.
+        assert_eq!(
+            directive_of(&log_filter("warn,mneme=info"), "rmcp").as_deref(),
+            Some("rmcp=warn")
+        );
+        assert_eq!(
+            directive_of(&log_filter("error"), "hyper").as_deref(),
+            Some("hyper=error")
+        );
+        // Without a default level, targets no directive names stay off.
+        assert_eq!(directive_of(&log_filter("mneme=debug"), "rmcp"), None);
+        // A target the operator names keeps the operator's level.
+        assert_eq!(
+            directive_of(&log_filter("info,rmcp=debug"), "rmcp").as_deref(),
+            Some("rmcp=debug")
+        );
+    }
 }
