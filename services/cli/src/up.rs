@@ -40,6 +40,58 @@ impl Listeners {
     }
 }
 
+/// Where `mneme up` keeps its internal token when none is configured.
+const INTERNAL_TOKEN_FILE: &str = "internal-token";
+
+fn random_token() -> Secret {
+    Secret::new(
+        rand::rng()
+            .sample_iter(Alphanumeric)
+            .take(48)
+            .map(char::from)
+            .collect::<String>(),
+    )
+}
+
+/// The internal token of a single-process mneme without a configured one.
+/// The backends are only reachable from this process, so any secret will
+/// do for them; but session ids and OAuth access tokens are keyed by it
+/// too, so it is kept in `data_dir` (mode 0600) and survives restarts:
+/// otherwise every restart would end every client's MCP session and every
+/// connector's access token. Without a writable `data_dir` it lives as
+/// long as the process, with a warning.
+pub(crate) fn kept_internal_token(data_dir: &std::path::Path) -> Secret {
+    let path = data_dir.join(INTERNAL_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(kept) if kept.trim().len() >= 32 => return Secret::new(kept.trim().to_owned()),
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "the kept internal token is too short; making a new one")
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "cannot read the kept internal token; making a new one")
+        }
+    }
+    let token = random_token();
+    let written = std::fs::create_dir_all(data_dir).and_then(|()| {
+        use std::io::Write as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        options.open(&path)?.write_all(token.expose().as_bytes())
+    });
+    if let Err(error) = written {
+        tracing::warn!(
+            %error,
+            path = %path.display(),
+            "cannot keep the internal token: MCP sessions and OAuth access tokens will end at \
+             every restart (set MNEME_INTERNAL_TOKEN or a writable MNEME_DATA_DIR)"
+        );
+    }
+    token
+}
+
 /// Runs every service until `shutdown` completes or one of them fails; then
 /// stops the others and waits for them.
 pub async fn up(
@@ -47,17 +99,10 @@ pub async fn up(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // The backends are only reachable from this process, so a per-process
-    // secret is as good as a configured one.
-    let token = config.internal_token.clone().unwrap_or_else(|| {
-        Secret::new(
-            rand::rng()
-                .sample_iter(Alphanumeric)
-                .take(48)
-                .map(char::from)
-                .collect::<String>(),
-        )
-    });
+    let token = match config.internal_token.clone() {
+        Some(token) => token,
+        None => kept_internal_token(&config.data_dir),
+    };
     config.gateway.recall_urls = vec![format!("http://{}", listeners.recall.local_addr()?)];
     config.gateway.remember_urls = vec![format!("http://{}", listeners.remember.local_addr()?)];
     let signer = PrincipalSigner::new(token.expose());
@@ -156,5 +201,34 @@ fn failure_of(joined: Joined) -> Option<anyhow::Error> {
         Ok((_, Ok(()))) => None,
         Ok((name, Err(error))) => Some(error.context(format!("the {name} stopped"))),
         Err(error) => Some(anyhow::anyhow!("a service task panicked: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_internal_token_is_kept_across_restarts_and_readable_only_by_its_owner() {
+        let dir = std::env::temp_dir().join(format!("mneme-up-{}", random_token().expose()));
+        let first = kept_internal_token(&dir);
+        assert_eq!(
+            kept_internal_token(&dir).expose(),
+            first.expose(),
+            "a restart reads the same token"
+        );
+        let path = dir.join(INTERNAL_TOKEN_FILE);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // A damaged file is replaced, not trusted.
+        std::fs::write(&path, "short").unwrap();
+        let replaced = kept_internal_token(&dir);
+        assert_ne!(replaced.expose(), "short");
+        assert_eq!(replaced.expose().len(), 48);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

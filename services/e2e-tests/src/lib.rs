@@ -59,6 +59,12 @@ impl Stack {
             // Scheduled consolidation would change scores under a test's
             // feet; tests that want it turn it on, or run it by hand.
             ("MNEME_CONSOLIDATION".into(), "false".into()),
+            // As a deployment sets it; each stack its own, so tokens and
+            // session ids of one stack mean nothing to another.
+            (
+                "MNEME_INTERNAL_TOKEN".into(),
+                format!("internal-token-of-{}", redis.prefix),
+            ),
         ]);
         if let Ok(dir) = std::env::var("MNEME_E5_DIR") {
             env.insert("MNEME_E5_DIR".into(), dir);

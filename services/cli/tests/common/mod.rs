@@ -38,6 +38,12 @@ impl LocalStack {
             ("MNEME_EMBED_SWEEP_SECS".into(), "1".into()),
             ("MNEME_CONSOLIDATION".into(), "false".into()),
             ("MNEME_PUBLIC_URL".into(), format!("http://{http_addr}")),
+            // As a deployment sets it; each stack its own, so tokens and
+            // session ids of one stack mean nothing to another.
+            (
+                "MNEME_INTERNAL_TOKEN".into(),
+                format!("internal-token-of-{}", redis.prefix),
+            ),
         ]);
         let config = Config::from_env(&env).expect("valid test configuration");
         let listeners = Listeners {

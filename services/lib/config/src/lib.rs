@@ -198,8 +198,10 @@ pub struct Config {
     pub redis: RedisConfig,
     pub gateway: GatewayConfig,
     /// `None` when `MNEME_INTERNAL_TOKEN` is unset; separate services refuse
-    /// to start without it, `mneme up` generates one.
+    /// to start without it, `mneme up` keeps one in `data_dir`.
     pub internal_token: Option<Secret>,
+    /// Models and local state (`MNEME_DATA_DIR`).
+    pub data_dir: PathBuf,
     pub recall: RecallConfig,
     pub remember: RememberConfig,
     pub embedding: EmbeddingConfig,
@@ -1522,6 +1524,7 @@ impl Config {
                 redis,
                 gateway,
                 internal_token,
+                data_dir,
                 recall,
                 remember,
                 embedding,

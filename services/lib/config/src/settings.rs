@@ -161,7 +161,7 @@ settings! {
     }
     "Internal authentication" {
         INTERNAL_TOKEN = "MNEME_INTERNAL_TOKEN", None,
-            "Shared secret (at least 32 characters) that signs the caller's principal on gateway→backend calls. Required for separate services; `mneme up` generates one per process when unset.";
+            "Shared secret (at least 32 characters) that signs the caller's principal on gateway→backend calls. Required for separate services; when unset, `mneme up` generates one once and keeps it in `<data dir>/internal-token` (mode 0600), so sessions and OAuth access tokens survive a restart.";
     }
     "Recall" {
         RECALL_GRPC_ADDR = "MNEME_RECALL_GRPC_ADDR", Some("127.0.0.1:50051"),
