@@ -332,6 +332,56 @@ async fn keys_created_in_the_dashboard_work_and_revocation_is_immediate() {
     w.stack.shutdown().await.unwrap();
 }
 
+/// A misspelt field must not answer 200 without changing anything, and a
+/// value the database would refuse is a 400, not a 500.
+#[tokio::test]
+async fn bodies_with_unknown_fields_or_impossible_values_are_refused_by_name() {
+    let w = world().await;
+    let owner = Person::sign_in(&w.stack, "owner@acme.test").await;
+    let user = owner.ok(Method::GET, "/users", None).await["users"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = w.a.key_id.to_string();
+    for (method, path, body, named) in [
+        (
+            Method::PATCH,
+            format!("/users/{user}"),
+            json!({"stauts": "disabled"}),
+            "stauts",
+        ),
+        (
+            Method::POST,
+            "/groups".to_owned(),
+            json!({"name": "team", "colour": "red"}),
+            "colour",
+        ),
+        (
+            Method::POST,
+            "/consolidation/run".to_owned(),
+            json!({"dry_run": true}),
+            "dry_run",
+        ),
+        (
+            Method::PATCH,
+            format!("/keys/{key}"),
+            json!({"rateLimit": 0}),
+            "rateLimit",
+        ),
+    ] {
+        let (status, answer) = owner.call(method, &path, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_argument", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{path}: {message}");
+    }
+    let users = owner.ok(Method::GET, "/users", None).await;
+    assert_eq!(users["users"][0]["status"], "active", "{users}");
+    let groups = owner.ok(Method::GET, "/groups", None).await;
+    assert_eq!(groups["groups"], json!([]), "{groups}");
+    w.stack.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn tenant_admins_see_only_their_tenant() {
     let w = world().await;

@@ -1004,7 +1004,7 @@ async function screenGroups(view) {
     class: 'btn primary', type: 'button', text: 'Create group',
     onclick: () => {
       const name = input({ name: 'name', required: true, autofocus: true, autocomplete: 'off' });
-      const description = h('textarea', { name: 'description', rows: 3 });
+      const description = h('textarea', { name: 'description', rows: 3, maxlength: 1000 });
       openDialog({
         title: 'Create key group',
         description: 'Keys in a group may read each other’s memories.',

@@ -448,7 +448,7 @@ pub(crate) async fn consolidation_runs(State(app): State<App>, scope: InTenant) 
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct RunRequest {
     #[serde(default)]
     dry_run: bool,

@@ -65,6 +65,7 @@ fn unauthenticated() -> ApiError {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct SignIn {
     #[serde(default)]
     email: String,

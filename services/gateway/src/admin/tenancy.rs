@@ -48,6 +48,7 @@ pub(crate) async fn tenants(State(app): State<App>, actor: Actor) -> Reply {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct NewTenant {
     #[serde(default)]
     name: String,
@@ -78,6 +79,7 @@ pub(crate) async fn create_tenant(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct TenantChange {
     status: String,
 }
@@ -161,6 +163,7 @@ async fn hash_password(password: String) -> Result<String, Error> {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct NewUser {
     #[serde(default)]
     email: String,
@@ -209,6 +212,7 @@ pub(crate) async fn create_user(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct UserChange {
     role: Option<String>,
     status: Option<String>,
@@ -385,13 +389,15 @@ fn key_changes(body: &Value) -> Result<KeyChanges, Error> {
             "defaultMode must be recall-only, write-only, onboarding or audit",
         ));
     }
-    let limit = |name: &str| -> Result<Option<Option<i32>>, Error> {
+    // `null` means no limit, or for `rateLimit` the deployment's default;
+    // a rate limit of 0 would refuse every call (revoke the key instead).
+    let limit = |name: &str, least: i32, null: &str| -> Result<Option<Option<i32>>, Error> {
         let value: Option<Option<i32>> = field(body, name)?;
         if let Some(Some(n)) = value
-            && n < 0
+            && n < least
         {
             return Err(Error::invalid_argument(format!(
-                "`{name}` must be 0 or more (null: no limit)"
+                "`{name}` must be {least} or more (null: {null})"
             )));
         }
         Ok(value)
@@ -412,9 +418,9 @@ fn key_changes(body: &Value) -> Result<KeyChanges, Error> {
         permissions,
         default_workspace: default_workspace.map(|w| w.filter(|w| !w.trim().is_empty())),
         default_mode: default_mode.map(|m| m.filter(|m| !m.is_empty())),
-        fragment_limit: limit("fragmentLimit")?,
-        daily_call_limit: limit("dailyCallLimit")?,
-        rate_limit: limit("rateLimit")?,
+        fragment_limit: limit("fragmentLimit", 0, "no limit")?,
+        daily_call_limit: limit("dailyCallLimit", 0, "no limit")?,
+        rate_limit: limit("rateLimit", 1, "the deployment's default")?,
         expires_at,
     })
 }
@@ -587,7 +593,10 @@ pub(crate) async fn groups(State(app): State<App>, scope: InTenant) -> Reply {
     json(json!({ "groups": groups }))
 }
 
+const MAX_GROUP_DESCRIPTION_CHARS: usize = 1000;
+
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct NewGroup {
     #[serde(default)]
     name: String,
@@ -605,6 +614,16 @@ pub(crate) async fn create_group(
     let name = body.name.trim();
     if name.is_empty() || name.chars().count() > 128 {
         return Err(Error::invalid_argument("a group's name has 1 to 128 characters").into());
+    }
+    if body
+        .description
+        .as_deref()
+        .is_some_and(|d| d.chars().count() > MAX_GROUP_DESCRIPTION_CHARS)
+    {
+        return Err(Error::invalid_argument(format!(
+            "a group's description has at most {MAX_GROUP_DESCRIPTION_CHARS} characters"
+        ))
+        .into());
     }
     let mut db = app.store.client().await?;
     let tx = TenantTx::begin(&mut db, scope.tenant_id).await?;
@@ -714,7 +733,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_key_cannot_be_given_an_expiry_that_has_passed() {
+    fn key_fields_that_could_never_work_are_refused() {
         let at = |when: DateTime<Utc>| json!({ "expiresAt": when.to_rfc3339() });
         let past = key_changes(&at(Utc::now() - chrono::Duration::minutes(1))).unwrap_err();
         assert_eq!(past.code, mneme_core::ErrorCode::InvalidArgument);
@@ -744,6 +763,15 @@ mod tests {
         key.status = "active".into();
         key.expires_at = Some(future);
         assert_eq!(key_view(&key, 0, 0)["status"], "active");
+        // A rate limit of 0 would refuse every call; the database refuses it
+        // too, so it must be a clear 400 rather than a 500.
+        let zero = key_changes(&json!({ "rateLimit": 0 })).unwrap_err();
+        assert!(
+            zero.message.contains("`rateLimit` must be 1"),
+            "{}",
+            zero.message
+        );
+        assert!(key_changes(&json!({ "dailyCallLimit": 0 })).is_ok());
         // `null` clears an expiry.
         let cleared = key_changes(&json!({ "expiresAt": null })).unwrap();
         assert_eq!(cleared.expires_at, Some(None));
