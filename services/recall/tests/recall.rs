@@ -11,7 +11,6 @@ use mneme_core::{ErrorCode, Permission};
 use mneme_embed::hash::HashEmbedder;
 use mneme_proto::v1::{RecallRequest, RecallResponse, RememberRequest};
 use mneme_recall::RecallServer;
-use mneme_test_support::ALL_PERMISSIONS;
 
 /// The graph layer's weight in tests of the layer (it is off by default).
 const GRAPH_WEIGHT: f64 = 0.5;
@@ -285,7 +284,7 @@ mod filters_and_pages {
     use chrono::Utc;
     use mneme_core::Permission;
     use mneme_proto::v1::{LinkRequest, RecallRequest, RememberRequest};
-    use mneme_store::{TenantTx, api_keys, key_groups};
+    use mneme_test_support::add_group_peer;
 
     use super::*;
 
@@ -668,36 +667,13 @@ mod filters_and_pages {
         // Regression: the reference filled link previews without scoping
         // them to the caller's key.
         let h = Harness::new(Arc::new(HashEmbedder::new(384))).await;
-        let mut client = h.db.store().client().await.unwrap();
-        let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
-            .await
-            .unwrap();
-        let (other_key, _) = api_keys::create(
-            &tx,
-            &api_keys::NewKey {
-                name: "colleague".into(),
-                permissions: ALL_PERMISSIONS.to_vec(),
-                default_workspace: None,
-                fragment_limit: None,
-                expires_at: None,
-            },
-        )
-        .await
-        .unwrap();
-        let group = key_groups::create(&tx, "pair", None).await.unwrap();
-        key_groups::add_member(&tx, group.id, h.tenant.key_id)
-            .await
-            .unwrap();
-        key_groups::add_member(&tx, group.id, other_key.id)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
+        let other_key = add_group_peer(&h.db.store(), &h.tenant, "colleague").await;
 
         let mine = h
             .put(fact("Our team's secret launch date is in the roadmap doc."))
             .await;
         let mut colleague = h.principal();
-        colleague.key_id = other_key.id;
+        colleague.key_id = other_key;
         colleague.group_key_ids = vec![h.tenant.key_id];
         let theirs = h
             .remember
@@ -709,7 +685,7 @@ mod filters_and_pages {
             .unwrap()
             .id;
         let mut me = h.principal();
-        me.group_key_ids = vec![other_key.id];
+        me.group_key_ids = vec![other_key];
         h.remember
             .link(
                 &me,

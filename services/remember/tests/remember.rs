@@ -1654,33 +1654,13 @@ mod edits {
     /// while their own key still can.
     #[tokio::test]
     async fn a_group_peer_reads_but_cannot_change_another_keys_memories() {
-        use mneme_store::{TenantTx, api_keys, key_groups};
         let h = harness().await;
-        let mut client = h.db.store().client().await.unwrap();
-        let tx = TenantTx::begin(&mut client, h.tenant.tenant_id)
-            .await
-            .unwrap();
-        let (peer_key, _) = api_keys::create(
-            &tx,
-            &api_keys::NewKey {
-                name: "teammate".into(),
-                permissions: ALL_PERMISSIONS.to_vec(),
-                default_workspace: None,
-                fragment_limit: None,
-                expires_at: None,
-            },
-        )
-        .await
-        .unwrap();
-        let group = key_groups::create(&tx, "team", None).await.unwrap();
-        for key in [h.tenant.key_id, peer_key.id] {
-            key_groups::add_member(&tx, group.id, key).await.unwrap();
-        }
-        tx.commit().await.unwrap();
+        let peer_key =
+            mneme_test_support::add_group_peer(&h.db.store(), &h.tenant, "teammate").await;
         let mut owner = h.who();
-        owner.group_key_ids = vec![peer_key.id];
+        owner.group_key_ids = vec![peer_key];
         let mut peer = h.who();
-        peer.key_id = peer_key.id;
+        peer.key_id = peer_key;
         peer.group_key_ids = vec![h.tenant.key_id];
 
         let deploy = h

@@ -9,7 +9,6 @@ use mneme_config::{Config, RememberConfig};
 use mneme_core::{ErrorCode, Permission, Principal};
 use mneme_proto::v1::{RememberRequest, RememberResponse, WriteOutcome};
 use mneme_remember::RememberServer;
-use mneme_store::api_keys::{self, NewKey};
 use mneme_store::{Store, TenantTx, claims};
 use mneme_test_support::{ALL_PERMISSIONS, TestDatabase, TestRedis, TestTenant, create_tenant};
 use uuid::Uuid;
@@ -91,24 +90,7 @@ impl Harness {
 
     /// A second key of the harness's tenant, in no group with the first.
     async fn second_key(&self) -> Uuid {
-        let mut client = self.store.client().await.unwrap();
-        let tx = TenantTx::begin(&mut client, self.tenant.tenant_id)
-            .await
-            .unwrap();
-        let (key, _) = api_keys::create(
-            &tx,
-            &NewKey {
-                name: "second-key".into(),
-                permissions: ALL_PERMISSIONS.to_vec(),
-                default_workspace: None,
-                fragment_limit: None,
-                expires_at: None,
-            },
-        )
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
-        key.id
+        mneme_test_support::add_key(&self.store, &self.tenant, "second-key").await
     }
 
     async fn set_hard_gate(&self, on: bool) {

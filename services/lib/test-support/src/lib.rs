@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use mneme_core::Permission;
 use mneme_store::api_keys::{self, NewKey};
-use mneme_store::{Store, StoreOptions, TenantTx, tenants};
+use mneme_store::{Store, StoreOptions, TenantTx, key_groups, tenants};
 use tokio_postgres::Config as PgConfig;
 use tokio_postgres::config::Host;
 use uuid::Uuid;
@@ -336,6 +336,53 @@ pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]
         key_id: key.id,
         api_key: raw,
     }
+}
+
+/// Adds a key named `name` with read and write to `tenant`; its id.
+pub async fn add_key(store: &Store, tenant: &TestTenant, name: &str) -> Uuid {
+    let mut client = store.client().await.expect("database connection");
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .expect("tenant tx");
+    let key = new_key(&tx, name, ALL_PERMISSIONS).await;
+    tx.commit().await.expect("commit test key");
+    key
+}
+
+/// Adds a key named `name` and a key group holding it and `tenant`'s own
+/// key (each reads the other's memories); the new key's id.
+pub async fn add_group_peer(store: &Store, tenant: &TestTenant, name: &str) -> Uuid {
+    let mut client = store.client().await.expect("database connection");
+    let tx = TenantTx::begin(&mut client, tenant.tenant_id)
+        .await
+        .expect("tenant tx");
+    let peer = new_key(&tx, name, ALL_PERMISSIONS).await;
+    let group = key_groups::create(&tx, &format!("{name}'s group"), None)
+        .await
+        .expect("create test group");
+    for key in [tenant.key_id, peer] {
+        key_groups::add_member(&tx, group.id, key)
+            .await
+            .expect("add group member");
+    }
+    tx.commit().await.expect("commit test group");
+    peer
+}
+
+async fn new_key(tx: &TenantTx<'_>, name: &str, permissions: &[Permission]) -> Uuid {
+    let (key, _) = api_keys::create(
+        tx,
+        &NewKey {
+            name: name.into(),
+            permissions: permissions.to_vec(),
+            default_workspace: None,
+            fragment_limit: None,
+            expires_at: None,
+        },
+    )
+    .await
+    .expect("create test key");
+    key.id
 }
 
 /// Every permission, for keys that should be able to do anything.
