@@ -317,23 +317,12 @@ pub async fn create_tenant(store: &Store, name: &str, permissions: &[Permission]
     let tx = TenantTx::begin(&mut client, tenant.id)
         .await
         .expect("tenant tx");
-    let (key, raw) = api_keys::create(
-        &tx,
-        &NewKey {
-            name: "test-key".into(),
-            permissions: permissions.to_vec(),
-            default_workspace: None,
-            fragment_limit: None,
-            expires_at: None,
-        },
-    )
-    .await
-    .expect("create test key");
+    let (key_id, raw) = new_key(&tx, "test-key", permissions).await;
     tx.commit().await.expect("commit test key");
     TestTenant {
         tenant_id: tenant.id,
         name: tenant.name,
-        key_id: key.id,
+        key_id,
         api_key: raw,
     }
 }
@@ -344,7 +333,7 @@ pub async fn add_key(store: &Store, tenant: &TestTenant, name: &str) -> Uuid {
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .expect("tenant tx");
-    let key = new_key(&tx, name, ALL_PERMISSIONS).await;
+    let (key, _) = new_key(&tx, name, ALL_PERMISSIONS).await;
     tx.commit().await.expect("commit test key");
     key
 }
@@ -356,7 +345,7 @@ pub async fn add_group_peer(store: &Store, tenant: &TestTenant, name: &str) -> U
     let tx = TenantTx::begin(&mut client, tenant.tenant_id)
         .await
         .expect("tenant tx");
-    let peer = new_key(&tx, name, ALL_PERMISSIONS).await;
+    let (peer, _) = new_key(&tx, name, ALL_PERMISSIONS).await;
     let group = key_groups::create(&tx, &format!("{name}'s group"), None)
         .await
         .expect("create test group");
@@ -369,8 +358,9 @@ pub async fn add_group_peer(store: &Store, tenant: &TestTenant, name: &str) -> U
     peer
 }
 
-async fn new_key(tx: &TenantTx<'_>, name: &str, permissions: &[Permission]) -> Uuid {
-    let (key, _) = api_keys::create(
+/// A new key's id and raw secret.
+async fn new_key(tx: &TenantTx<'_>, name: &str, permissions: &[Permission]) -> (Uuid, String) {
+    let (key, raw) = api_keys::create(
         tx,
         &NewKey {
             name: name.into(),
@@ -382,7 +372,7 @@ async fn new_key(tx: &TenantTx<'_>, name: &str, permissions: &[Permission]) -> U
     )
     .await
     .expect("create test key");
-    key.id
+    (key.id, raw)
 }
 
 /// Every permission, for keys that should be able to do anything.
