@@ -63,13 +63,16 @@ async fn a_closed_session_is_reflected_from_the_calls_the_gateway_logged() {
     // Sends DELETE /mcp for the session.
     closing.client.cancel().await.unwrap();
 
+    // The reflection's memories are committed before its outcome is
+    // recorded (a transaction each), so wait for the outcome.
     eventually(
         "the closed session is reflected",
         Duration::from_secs(20),
         || {
-            let count = stack
-                .db
-                .count_in_tenant(acme.tenant_id, "source = 'auto_reflect'");
+            let count =
+                stack
+                    .db
+                    .count_rows(acme.tenant_id, "session_reflections", "state = 'reflected'");
             async move { count.await > 0 }
         },
     )
