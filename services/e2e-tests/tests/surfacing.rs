@@ -391,6 +391,67 @@ async fn helpful_ratings_lower_the_tools_threshold_once_enough_arrive() {
 }
 
 #[tokio::test]
+async fn a_block_holds_one_rating_so_a_retried_rating_counts_once() {
+    let world = World::start(&[
+        ("MNEME_SURFACING_TUNER_MIN_SAMPLES", "3"),
+        ("MNEME_SURFACING_MIN_SCORE", "0.5"),
+        ("MNEME_SURFACING_TUNER_STEP", "0.05"),
+    ])
+    .await;
+    let key = world.tenant.api_key.clone();
+    let rate = |surfacing_id: &str, rating: &str| {
+        let args = json!({"surfacing_id": surfacing_id, "rating": rating});
+        let (world, key) = (&world, &key);
+        async move {
+            let (status, rated) = world.tool(key, "stm_surfacing_feedback", args).await;
+            assert_eq!(status, 200, "{rated}");
+            rated
+        }
+    };
+    let (first, _) = surfaced_for(&world, "JWT token leeway RS256", "agent-0").await;
+    // Three helpful ratings of one block are one rating: the tuner, which
+    // steps after three, does not move.
+    let rated = rate(&first, "helpful").await;
+    assert_eq!(
+        (rated["recorded"].as_u64(), rated["unchanged"].as_u64()),
+        (Some(1), Some(0))
+    );
+    for _ in 0..2 {
+        let retried = rate(&first, "helpful").await;
+        assert_eq!(retried["recorded"], 0, "{retried}");
+        assert_eq!(retried["unchanged"], 1, "{retried}");
+        assert_eq!(retried["threshold"], Value::Null, "{retried}");
+    }
+    let (_, stats) = world
+        .tool(&key, "stm_surfacing_stats", json!({"tool": "docs__search"}))
+        .await;
+    assert_eq!(stats["ratings"]["helpful"], 1, "{stats}");
+
+    // A changed mind replaces the rating, in the statistics and for the
+    // tuner: with two more negative blocks the pending ratings are three
+    // negative ones, not one helpful and three negative.
+    let changed = rate(&first, "not_relevant").await;
+    assert_eq!(changed["recorded"], 1, "{changed}");
+    assert_eq!(changed["threshold"], Value::Null, "{changed}");
+    for n in 1..3 {
+        let (surfacing_id, _) =
+            surfaced_for(&world, "JWT token leeway RS256", &format!("agent-{n}")).await;
+        let rated = rate(&surfacing_id, "not_relevant").await;
+        if n < 2 {
+            assert_eq!(rated["threshold"], Value::Null, "{rated}");
+        } else {
+            let moved = rated["threshold"].as_f64().unwrap();
+            assert!((moved - 0.55).abs() < 1e-6, "raised: {rated}");
+        }
+    }
+    let (_, stats) = world
+        .tool(&key, "stm_surfacing_stats", json!({"tool": "docs__search"}))
+        .await;
+    assert_eq!(stats["ratings"]["helpful"], 0, "{stats}");
+    assert_eq!(stats["ratings"]["notRelevant"], 3, "{stats}");
+}
+
+#[tokio::test]
 async fn queries_are_kept_as_digests_when_asked_and_blanked_after_retention() {
     let world = World::start(&[("MNEME_SURFACING_PERSIST_QUERY_TEXT", "false")]).await;
     surfaced_for(&world, "redis eviction policy cache", "agent").await;

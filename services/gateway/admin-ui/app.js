@@ -1501,7 +1501,7 @@ function amendForm(id, m) {
   const shownImportance = m.importance === null || m.importance === undefined ? '' : Math.round(Number(m.importance) * 100) / 100;
   const importance = input({ type: 'number', name: 'importance', min: 0, max: 1, step: 0.01, value: shownImportance });
   const type = select(TYPES.map((t) => [t, t]), { name: 'type', value: m.type || 'fact' });
-  const reason = input({ name: 'reason', placeholder: 'Why the change (kept with the version)' });
+  const reason = input({ name: 'reason', placeholder: 'Why the change (kept in the audit log)' });
   const error = h('div', { class: 'notice error', role: 'alert', hidden: true });
   const form = h('form', { novalidate: true },
     error,

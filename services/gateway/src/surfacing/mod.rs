@@ -624,13 +624,10 @@ impl Surfacer {
         };
         let stored: Vec<(Option<Uuid>, &str)> =
             rows.iter().map(|(m, r)| (*m, r.as_str())).collect();
-        events::record_feedback(&tx, surfacing_id, principal.key_id, &stored).await?;
-        let mut counts = Counts::default();
-        for (_, rating) in &rows {
-            counts.add(rating.as_str(), 1);
-        }
-        let adjustment = if self.settings.tuner_enabled {
-            self.tune(&tx, &event.server, &event.tool, counts).await?
+        let recorded = events::record_feedback(&tx, &event, principal.key_id, &stored).await?;
+        let adjustment = if self.settings.tuner_enabled && recorded.pending != Counts::default() {
+            self.tune(&tx, &event.server, &event.tool, recorded.pending)
+                .await?
         } else {
             None
         };
@@ -664,7 +661,8 @@ impl Surfacer {
             self.cache.invalidate_memories(&scope, &negative, ttl).await;
         }
         Ok(FeedbackOutcome {
-            recorded: rows.len(),
+            recorded: recorded.stored,
+            unchanged: recorded.unchanged,
             invalidated: negative,
             threshold: adjustment,
         })
@@ -773,7 +771,11 @@ impl Surfacer {
 /// What a rating did.
 #[derive(Debug, Clone)]
 pub(crate) struct FeedbackOutcome {
+    /// Ratings stored, new or replacing an earlier rating of the same memory
+    /// (or block).
     pub(crate) recorded: usize,
+    /// Ratings that repeated the stored one and changed nothing.
+    pub(crate) unchanged: usize,
     /// Memories no longer surfaced for this key and tool.
     pub(crate) invalidated: Vec<String>,
     /// The tool's new threshold when this rating moved it.

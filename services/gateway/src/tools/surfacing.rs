@@ -19,6 +19,7 @@ pub(crate) struct FeedbackArgs {
     /// One rating for the whole block (or, with `memory_id`, for one
     /// memory): helpful, partially_helpful, not_relevant or already_known.
     pub rating: Option<String>,
+    /// With `rating`: the one memory of the block it rates.
     pub memory_id: Option<String>,
     /// Ratings of single memories of the block:
     /// `[{"memory_id": "…", "rating": "not_relevant"}]`. Use either this or
@@ -38,8 +39,11 @@ pub(crate) struct MemoryRatingArg {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct FeedbackResult {
-    /// Ratings stored.
+    /// Ratings stored: new, or replacing this block's (or memory's) earlier
+    /// rating. Each holds one rating, so a retried call counts once.
     pub recorded: usize,
+    /// Ratings equal to the one already stored: nothing changed.
+    pub unchanged: usize,
     /// Memories no longer surfaced for this tool (rated not_relevant or
     /// already_known one by one).
     pub invalidated: Vec<String>,
@@ -139,7 +143,8 @@ pub(super) fn tools() -> Vec<ToolSpec> {
          surfacing is.",
         feedback,
     )
-    .writes(false)
+    // The same rating again changes nothing: each block and memory holds one.
+    .writes(true)
     .example(json!({"surfacing_id": EXAMPLE_SURFACING_ID, "rating": "helpful"}));
     vec![
         feedback,
@@ -171,6 +176,7 @@ async fn feedback(context: ToolContext, args: FeedbackArgs) -> Result<FeedbackRe
         .await?;
     Ok(FeedbackResult {
         recorded: outcome.recorded,
+        unchanged: outcome.unchanged,
         invalidated: outcome.invalidated,
         threshold: outcome.threshold,
     })

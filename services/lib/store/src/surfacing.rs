@@ -3,6 +3,8 @@
 //! auto-tuned relevance threshold per server and tool, with the ratings
 //! gathered since it last moved) and `surfacing_threshold_adjustments`.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -69,14 +71,17 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
-/// The event `id` when `key_id` recorded it. Another key's event reads as
-/// absent, so ids cannot be probed across keys.
+/// The event `id` when `key_id` recorded it, locked until the transaction
+/// ends so that ratings of one event are recorded one call at a time
+/// ([`record_feedback`] reads the ratings it replaces). Another key's event
+/// reads as absent, so ids cannot be probed across keys.
 pub async fn event(tx: &TenantTx<'_>, key_id: Uuid, id: &str) -> Result<Option<Event>> {
     let row = tx
         .query_opt(
             "SELECT id, server, tool, memory_ids, min_score, created_at
                FROM mneme.surfacing_events
-              WHERE tenant_id = $1 AND key_id = $2 AND id = $3",
+              WHERE tenant_id = $1 AND key_id = $2 AND id = $3
+                FOR UPDATE",
             &[&tx.tenant_id(), &key_id, &id],
         )
         .await?;
@@ -90,29 +95,88 @@ pub async fn event(tx: &TenantTx<'_>, key_id: Uuid, id: &str) -> Result<Option<E
     }))
 }
 
-/// Stores ratings of one event: `(None, rating)` rates the whole event,
-/// `(Some(memory), rating)` one memory of it.
+/// What [`record_feedback`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Ratings stored: new, or replacing another rating of the same thing.
+    pub stored: usize,
+    /// Ratings equal to the one already stored (a retry): nothing changed.
+    pub unchanged: usize,
+    /// What the tool's pending tuner counts ([`add_pending`]) gain: each
+    /// stored rating, less each rating it replaced that no tuner step has
+    /// counted yet. Fields may be negative.
+    pub pending: Counts,
+}
+
+/// Stores ratings of `event` (locked by [`event`]): `(None, rating)` rates
+/// the whole event, `(Some(memory), rating)` one memory of it. Each of them
+/// holds one rating: rating it again replaces the rating, or changes
+/// nothing when it is the same, so a retried call counts once in the
+/// statistics, in demotion and in the tuner.
 pub async fn record_feedback(
     tx: &TenantTx<'_>,
-    surfacing_id: &str,
+    event: &Event,
     key_id: Uuid,
     ratings: &[(Option<Uuid>, &str)],
-) -> Result<()> {
-    let memory_ids: Vec<Option<Uuid>> = ratings.iter().map(|(m, _)| *m).collect();
-    let values: Vec<&str> = ratings.iter().map(|(_, r)| *r).collect();
-    tx.execute(
-        "INSERT INTO mneme.surfacing_feedback (tenant_id, surfacing_id, key_id, memory_id, rating)
-         SELECT $1, $2, $3, m, r FROM unnest($4::uuid[], $5::text[]) AS t(m, r)",
-        &[
-            &tx.tenant_id(),
-            &surfacing_id,
-            &key_id,
-            &memory_ids,
-            &values,
-        ],
-    )
-    .await?;
-    Ok(())
+) -> Result<Recorded> {
+    // A rating is still pending for the tuner when it was made after the
+    // tool's last step: a step consumes the counts of its transaction and
+    // every earlier one, which all started before it (now() is the start of
+    // a transaction).
+    let earlier: HashMap<Option<Uuid>, (String, bool)> = tx
+        .query(
+            "SELECT f.memory_id, f.rating,
+                    f.created_at > COALESCE(
+                        (SELECT max(a.created_at) FROM mneme.surfacing_threshold_adjustments a
+                          WHERE a.tenant_id = $1 AND a.server = $3 AND a.tool = $4),
+                        '-infinity') AS pending
+               FROM mneme.surfacing_feedback f
+              WHERE f.tenant_id = $1 AND f.surfacing_id = $2",
+            &[&tx.tenant_id(), &event.id, &event.server, &event.tool],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            (
+                row.get("memory_id"),
+                (row.get("rating"), row.get("pending")),
+            )
+        })
+        .collect();
+    let mut recorded = Recorded::default();
+    let mut memory_ids: Vec<Option<Uuid>> = Vec::with_capacity(ratings.len());
+    let mut values: Vec<&str> = Vec::with_capacity(ratings.len());
+    for &(memory_id, rating) in ratings {
+        match earlier.get(&memory_id) {
+            Some((before, _)) if before == rating => {
+                recorded.unchanged += 1;
+                continue;
+            }
+            Some((before, true)) => recorded.pending.add(before, -1),
+            _ => {}
+        }
+        recorded.pending.add(rating, 1);
+        recorded.stored += 1;
+        memory_ids.push(memory_id);
+        values.push(rating);
+    }
+    if recorded.stored > 0 {
+        tx.execute(
+            "INSERT INTO mneme.surfacing_feedback (tenant_id, surfacing_id, key_id, memory_id, rating)
+             SELECT $1, $2, $3, m, r FROM unnest($4::uuid[], $5::text[]) AS t(m, r)
+             ON CONFLICT (tenant_id, surfacing_id, memory_id) DO UPDATE
+                SET rating = EXCLUDED.rating, key_id = EXCLUDED.key_id, created_at = now()",
+            &[
+                &tx.tenant_id(),
+                &event.id,
+                &key_id,
+                &memory_ids,
+                &values,
+            ],
+        )
+        .await?;
+    }
+    Ok(recorded)
 }
 
 /// Memories `key_id` rated negative in at least `threshold` distinct
@@ -202,9 +266,10 @@ pub async fn threshold(tx: &TenantTx<'_>, server: &str, tool: &str) -> Result<Op
     Ok(row.as_ref().map(threshold_from))
 }
 
-/// Adds ratings to the pending counts (creating the row at `initial`) and
-/// returns the row, locked until the transaction ends so concurrent
-/// feedback cannot apply the same step twice.
+/// Adds ratings to the pending counts (creating the row at `initial`; a
+/// count never falls below zero) and returns the row, locked until the
+/// transaction ends so concurrent feedback cannot apply the same step
+/// twice.
 pub async fn add_pending(
     tx: &TenantTx<'_>,
     server: &str,
@@ -217,12 +282,13 @@ pub async fn add_pending(
             "INSERT INTO mneme.surfacing_thresholds
                  (tenant_id, server, tool, min_score, helpful, partially_helpful, not_relevant,
                   already_known)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             VALUES ($1, $2, $3, $4, GREATEST($5, 0), GREATEST($6, 0), GREATEST($7, 0),
+                     GREATEST($8, 0))
              ON CONFLICT (tenant_id, server, tool) DO UPDATE SET
-                 helpful = surfacing_thresholds.helpful + EXCLUDED.helpful,
-                 partially_helpful = surfacing_thresholds.partially_helpful + EXCLUDED.partially_helpful,
-                 not_relevant = surfacing_thresholds.not_relevant + EXCLUDED.not_relevant,
-                 already_known = surfacing_thresholds.already_known + EXCLUDED.already_known,
+                 helpful = GREATEST(surfacing_thresholds.helpful + $5, 0),
+                 partially_helpful = GREATEST(surfacing_thresholds.partially_helpful + $6, 0),
+                 not_relevant = GREATEST(surfacing_thresholds.not_relevant + $7, 0),
+                 already_known = GREATEST(surfacing_thresholds.already_known + $8, 0),
                  updated_at = now()
              RETURNING *",
             &[

@@ -8,37 +8,24 @@
 //! step against the previous direction must clear its band by an extra
 //! margin.
 
-/// Tuning parameters; the defaults suit calibrated relevance in `[0, 1]`.
+/// Tuning parameters, from the `MNEME_SURFACING_TUNER_*` settings (their
+/// defaults are in docs/CONFIG.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TunerSettings {
-    /// Ratings needed before any step (default 20).
+    /// Ratings needed before any step.
     pub min_samples: u32,
-    /// Size of one step (default 0.02).
+    /// Size of one step.
     pub step: f32,
-    /// Lowest threshold the tuner may set (default 0.1).
+    /// Lowest threshold the tuner may set.
     pub floor: f32,
-    /// Highest threshold the tuner may set (default 0.8).
+    /// Highest threshold the tuner may set.
     pub ceiling: f32,
-    /// Raise when the negative share exceeds this (default 0.6).
+    /// Raise when the negative share exceeds this.
     pub raise_above: f64,
-    /// Lower when the helpful share exceeds this (default 0.8).
+    /// Lower when the helpful share exceeds this.
     pub lower_above: f64,
-    /// Extra share needed to reverse the last direction (default 0.05).
+    /// Extra share needed to reverse the last direction.
     pub hysteresis: f64,
-}
-
-impl Default for TunerSettings {
-    fn default() -> Self {
-        Self {
-            min_samples: 20,
-            step: 0.02,
-            floor: 0.1,
-            ceiling: 0.8,
-            raise_above: 0.6,
-            lower_above: 0.8,
-            hysteresis: 0.05,
-        }
-    }
 }
 
 /// Ratings gathered since the last adjustment.
@@ -163,8 +150,18 @@ mod tests {
         }
     }
 
+    /// A wider band than the service's default (0.3 to 0.9), so that steps
+    /// from 0.3 in either direction are seen.
     fn settings() -> TunerSettings {
-        TunerSettings::default()
+        TunerSettings {
+            min_samples: 20,
+            step: 0.02,
+            floor: 0.1,
+            ceiling: 0.8,
+            raise_above: 0.6,
+            lower_above: 0.8,
+            hysteresis: 0.05,
+        }
     }
 
     #[test]
