@@ -23,6 +23,7 @@ pub(crate) struct ForgetArgs {
     /// List what would be deleted, deleting nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 
@@ -44,28 +45,38 @@ pub(crate) struct ForgetResult {
 pub(crate) struct AmendArgs {
     /// Id of the memory to change.
     pub id: String,
+    /// New content (replaces the old; the old is kept as a version).
     pub content: Option<String>,
+    /// New topic.
     pub topic: Option<String>,
     /// Replaces the keywords; `[]` extracts them anew from the content.
     pub keywords: Option<Vec<String>>,
     #[serde(rename = "type")]
     pub kind: Option<FragmentKind>,
+    /// New importance, 0–1.
     pub importance: Option<f32>,
+    /// Make it (or stop it being) core knowledge that never decays or expires.
     pub is_anchor: Option<bool>,
     /// `verified` or `rejected` on a memory of a case also records a
     /// verification event in the case.
     pub assertion_status: Option<AssertionStatusArg>,
+    /// For errors and open questions: whether they are open, resolved or abandoned.
     pub resolution_status: Option<ResolutionStatusArg>,
+    /// Emotional tone.
     pub affect: Option<AffectArg>,
+    /// Move it to this case (problem being worked on).
     pub case_id: Option<String>,
+    /// Stage of the work, e.g. "investigation", "fix", "verification".
     pub phase: Option<String>,
     /// Store the change as a new memory that supersedes this one (keeps
     /// the old one, no longer valid, for `asOf` and history) instead of
     /// changing it in place.
     #[serde(default)]
     pub supersede: bool,
+    /// Report what would change, and change nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 
@@ -101,15 +112,19 @@ pub(crate) enum RelationArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct LinkArgs {
+    /// The memory the link starts from (for `caused_by`: the effect; for `resolved_by`: the error).
     pub from_id: String,
+    /// The memory the link points to.
     pub to_id: String,
     /// Default `related`. `fromId resolved_by toId` also marks an error
     /// `fromId` resolved.
     pub relation_type: Option<RelationArg>,
     /// 0–1, default 1.
     pub weight: Option<f32>,
+    /// Check the link (both memories, no cycle) and create nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 

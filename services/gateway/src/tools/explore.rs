@@ -18,6 +18,7 @@ use super::{EXAMPLE_FRAGMENT_ID, ToolContext, ToolSpec};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct StatsArgs {
+    /// Count this agent's memories besides the shared ones.
     pub agent_id: Option<String>,
 }
 
@@ -84,6 +85,7 @@ pub(crate) struct GraphArgs {
     pub depth: Option<u32>,
     /// Most memories returned (default 50, at most 200).
     pub limit: Option<u32>,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 
@@ -126,7 +128,9 @@ pub(crate) struct GraphResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct HistoryArgs {
+    /// Id of the memory.
     pub id: String,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 
@@ -162,6 +166,7 @@ pub(crate) struct HistoryResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct ReconstructArgs {
+    /// The case to reconstruct. Give this or `entity`.
     pub case_id: Option<String>,
     /// A topic, or a keyword the memories carry.
     pub entity: Option<String>,
@@ -170,7 +175,9 @@ pub(crate) struct ReconstructArgs {
     pub query: Option<String>,
     /// Most memories (default 100, at most 500).
     pub limit: Option<u32>,
+    /// Workspace to search besides global memories; defaults to the key's.
     pub workspace: Option<String>,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 
@@ -230,15 +237,19 @@ pub(crate) struct TracesArgs {
     pub entity_key: Option<String>,
     /// Content contains this (case-insensitive).
     pub keyword: Option<String>,
+    /// Only memories of this case.
     #[serde(alias = "case_id")]
     pub case_id: Option<String>,
+    /// Only memories stored in this session.
     #[serde(alias = "session_id")]
     pub session_id: Option<String>,
     #[serde(alias = "time_range")]
     pub time_range: Option<TimeRange>,
     /// Default 20, at most 100.
     pub limit: Option<u32>,
+    /// Workspace to search besides global memories; defaults to the key's.
     pub workspace: Option<String>,
+    /// The agent whose memories to act on besides the shared ones; defaults to the shared agent.
     pub agent_id: Option<String>,
 }
 

@@ -133,11 +133,15 @@ pub(crate) struct RecallArgs {
     pub include_context: bool,
     /// When the remembered things happened (or were stored).
     pub time_range: Option<TimeRange>,
+    /// Only memories of this case (problem being worked on).
     pub case_id: Option<String>,
+    /// Only memories of this stage of the work, e.g. "fix".
     pub phase: Option<String>,
+    /// Only errors and questions in this state, e.g. `open` for unsolved ones.
     pub resolution_status: Option<ResolutionStatusArg>,
     /// Only memories at least this important (0–1).
     pub min_importance: Option<f32>,
+    /// `true`: only core memories; `false`: only the others.
     pub is_anchor: Option<bool>,
     /// Group results into cases with their events (see `cases`).
     #[serde(default)]

@@ -225,4 +225,26 @@ mod tests {
         );
         assert!(markdown.contains("| `type` | `fact` \\| `decision`"));
     }
+
+    /// Agents choose arguments from their descriptions in `inputSchema`: an
+    /// argument without one leaves the model to guess what it does.
+    #[test]
+    fn every_argument_says_what_it_does() {
+        let markdown = tools_markdown();
+        let mut in_arguments = false;
+        let mut bare = Vec::new();
+        for line in markdown.lines() {
+            if line.starts_with("| Argument ") || line.starts_with("| Result field ") {
+                in_arguments = line.starts_with("| Argument ");
+                continue;
+            }
+            if in_arguments && line.starts_with("| `") {
+                let description = line.trim_end_matches('|').rsplit(" | ").next();
+                if description.is_none_or(|d| d.trim().is_empty()) {
+                    bare.push(line.split(" | ").next().unwrap_or(line).to_owned());
+                }
+            }
+        }
+        assert!(bare.is_empty(), "arguments without a description: {bare:?}");
+    }
 }

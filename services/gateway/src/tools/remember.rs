@@ -64,6 +64,7 @@ pub(crate) struct RememberArgs {
     pub outcome: Option<String>,
     /// Stage of the work, e.g. "investigation", "fix", "verification".
     pub phase: Option<String>,
+    /// For errors and open questions: `open`, `resolved` or `abandoned` (a `resolved_by` link also marks an error resolved).
     pub resolution_status: Option<ResolutionStatusArg>,
     /// How certain this is (default `observed`).
     pub assertion_status: Option<AssertionStatusArg>,

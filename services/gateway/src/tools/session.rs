@@ -22,7 +22,9 @@ pub(crate) struct ContextArgs {
     /// procedure, decision); each kind is guaranteed a slot.
     #[serde(default)]
     pub types: Vec<FragmentKind>,
+    /// The agent whose memories to include besides the shared ones.
     pub agent_id: Option<String>,
+    /// Workspace to draw from besides global memories; defaults to the key's.
     pub workspace: Option<String>,
 }
 
@@ -110,7 +112,9 @@ pub(crate) struct ReflectArgs {
     pub task_effectiveness: Option<TaskEffectiveness>,
     /// Topic of the stored memories (default `session_reflect`).
     pub topic: Option<String>,
+    /// Workspace of the memories stored; defaults to the key's.
     pub workspace: Option<String>,
+    /// The agent the memories stored belong to; defaults to the shared agent.
     #[serde(alias = "agentId")]
     pub agent_id: Option<String>,
 }
