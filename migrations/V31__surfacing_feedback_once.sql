@@ -6,12 +6,18 @@
 -- timeout, or rating one block twenty times, counted twenty times in the
 -- tool's statistics and moved its auto-tuned threshold by itself. Earlier
 -- duplicates keep their latest rating.
+--
+-- Row-level security is forced on the owner too, so a migration sees no
+-- tenant's rows unless it lifts that for the statement (the transaction
+-- keeps the table locked meanwhile).
+ALTER TABLE mneme.surfacing_feedback NO FORCE ROW LEVEL SECURITY;
 DELETE FROM mneme.surfacing_feedback f
  USING mneme.surfacing_feedback newer
  WHERE newer.tenant_id = f.tenant_id
    AND newer.surfacing_id = f.surfacing_id
    AND newer.memory_id IS NOT DISTINCT FROM f.memory_id
    AND newer.id > f.id;
+ALTER TABLE mneme.surfacing_feedback FORCE ROW LEVEL SECURITY;
 
 -- NULLS NOT DISTINCT: the whole-block rating (memory_id NULL) is one thing.
 -- It also serves every lookup of an event's ratings, as the index it

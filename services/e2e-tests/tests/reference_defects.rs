@@ -309,7 +309,8 @@ async fn automatic_links_and_duplicate_checks_never_reach_another_tenant_or_key(
         (rival.tenant_id, &rival_ids),
     ] {
         let own = format!(
-            "from_id = '{}' AND to_id = '{}' AND relation_type IN ('temporal', 'related')",
+            "ARRAY[from_id, to_id] <@ ARRAY['{}', '{}']::uuid[]
+             AND relation_type IN ('temporal', 'related')",
             ids[1], ids[0]
         );
         eventually(
@@ -1128,7 +1129,8 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
             .await;
         stored.push(result["id"].as_str().unwrap().to_owned());
     }
-    let related_from = |from: String| {
+    // Automatic links have no direction: either end may be the new one.
+    let related_of = |from: String| {
         let stack = &stack;
         let tenant = acme.tenant_id;
         async move {
@@ -1137,7 +1139,7 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
                 .count_rows(
                     tenant,
                     "fragment_links",
-                    &format!("from_id = '{from}' AND relation_type = 'related'"),
+                    &format!("'{from}' IN (from_id, to_id) AND relation_type = 'related'"),
                 )
                 .await
         }
@@ -1146,7 +1148,7 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
         "the third fragment links to both earlier ones",
         Duration::from_secs(10),
         || {
-            let count = related_from(stored[2].clone());
+            let count = related_of(stored[2].clone());
             async move { count.await == 2 }
         },
     )
@@ -1158,12 +1160,12 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
         "the second fragment links to the first",
         Duration::from_secs(10),
         || {
-            let count = related_from(stored[1].clone());
+            let count = related_of(stored[1].clone());
             async move { count.await >= 1 }
         },
     )
     .await;
-    for (from, to) in [(2, 0), (2, 1), (1, 0)] {
+    for (one, other) in [(2, 0), (2, 1), (1, 0)] {
         assert_eq!(
             stack
                 .db
@@ -1171,13 +1173,14 @@ async fn automatic_linking_goes_on_when_the_first_candidate_is_the_new_fragment_
                     acme.tenant_id,
                     "fragment_links",
                     &format!(
-                        "from_id = '{}' AND to_id = '{}' AND relation_type = 'related'",
-                        stored[from], stored[to]
+                        "ARRAY[from_id, to_id] <@ ARRAY['{}', '{}']::uuid[]
+                         AND relation_type = 'related'",
+                        stored[one], stored[other]
                     ),
                 )
                 .await,
             1,
-            "{from} → {to}"
+            "{one} and {other} are linked once"
         );
     }
     stack.shutdown().await.unwrap();
@@ -1225,7 +1228,11 @@ async fn remember_leaves_other_memories_usage_and_the_search_log_untouched() {
             async move {
                 stack
                     .db
-                    .count_rows(tenant, "fragment_links", &format!("from_id = '{id}'"))
+                    .count_rows(
+                        tenant,
+                        "fragment_links",
+                        &format!("'{id}' IN (from_id, to_id)"),
+                    )
                     .await
                     > 0
             }

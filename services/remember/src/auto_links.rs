@@ -193,7 +193,7 @@ impl AutoLinker {
             edges.extend(self.edges_within_key(&tx, *key_id, queued).await?);
         }
         let key_ids: Vec<Uuid> = by_key.into_keys().collect();
-        if let Err(error) = links::upsert_edges(&tx, &key_ids, &edges).await {
+        if let Err(error) = links::upsert_undirected_edges(&tx, &key_ids, &edges).await {
             // How large the failed batch was: upserts that time out under
             // load are not yet explained (docs/BENCHMARKS.md).
             tracing::info!(tenant.id = %tenant_id, fragments = count, links = edges.len(), %error, "upserting a batch's automatic links failed");

@@ -325,11 +325,24 @@ mod write_path {
             tx.query_one(sql, &[]).await.unwrap().get(0)
         }
 
-        /// Memories with at least one temporal link of their own.
+        /// Memories at either end of a temporal link.
         async fn memories_linked_in_time(&self) -> i64 {
             self.scalar(
-                "SELECT count(DISTINCT from_id) FROM mneme.fragment_links
+                "SELECT count(DISTINCT id) FROM mneme.fragment_links,
+                        unnest(ARRAY[from_id, to_id]) AS id
                   WHERE relation_type = 'temporal'",
+            )
+            .await
+        }
+
+        /// Pairs of memories linked both ways by one relation (automatic
+        /// links have no direction, so a pair holds one of them).
+        async fn links_both_ways(&self) -> i64 {
+            self.scalar(
+                "SELECT count(*) FROM mneme.fragment_links l
+                   JOIN mneme.fragment_links r
+                     ON r.tenant_id = l.tenant_id AND r.from_id = l.to_id
+                    AND r.to_id = l.from_id AND r.relation_type = l.relation_type",
             )
             .await
         }
@@ -423,10 +436,12 @@ mod write_path {
                 ),
             )
             .await;
-        let temporal = |from: &str, to: &str| {
+        let temporal = |one: &str, other: &str| {
             format!(
                 "SELECT count(*) FROM mneme.fragment_links
-                  WHERE from_id = '{from}' AND to_id = '{to}' AND relation_type = 'temporal'"
+                  WHERE ((from_id = '{one}' AND to_id = '{other}')
+                         OR (from_id = '{other}' AND to_id = '{one}'))
+                    AND relation_type = 'temporal'"
             )
         };
         h.wait_until(
@@ -489,7 +504,7 @@ mod write_path {
         h.wait_until(
             &format!(
                 "SELECT count(*) FROM mneme.fragment_links
-                  WHERE from_id = '{}' AND relation_type = 'temporal'",
+                  WHERE '{}' IN (from_id, to_id) AND relation_type = 'temporal'",
                 single.id
             ),
             |n| n > 0,
@@ -739,7 +754,7 @@ mod write_path {
         let auto_links = |relation: &str| {
             format!(
                 "SELECT count(*) FROM mneme.fragment_links
-                  WHERE from_id = '{}' AND relation_type = '{relation}'",
+                  WHERE '{}' IN (from_id, to_id) AND relation_type = '{relation}'",
                 id(129)
             )
         };
@@ -747,6 +762,17 @@ mod write_path {
             let what = format!("no automatic {relation} links appeared");
             h.wait_until(&auto_links(relation), |n| n > 0, &what).await;
         }
+        h.wait_until(
+            "SELECT count(*) FROM mneme.auto_link_queue",
+            |n| n == 0,
+            "the batch's automatic links were not all made",
+        )
+        .await;
+        assert_eq!(
+            h.links_both_ways().await,
+            0,
+            "memories written together are linked once, not both ways"
+        );
         // Validation, then progress after every bulk insert up to the
         // total (130 validated + 130 stored), the last once committed.
         let events = events.into_inner().unwrap();
@@ -904,7 +930,8 @@ mod write_path {
         };
         let links_of_orphan = format!(
             "SELECT count(*) FROM mneme.fragment_links
-              WHERE from_id = '{orphan}' AND to_id = '{}' AND relation_type = 'related'",
+              WHERE ARRAY[from_id, to_id] <@ ARRAY['{orphan}', '{}']::uuid[]
+                AND relation_type = 'related'",
             first.id
         );
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;

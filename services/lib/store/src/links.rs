@@ -114,6 +114,60 @@ pub async fn upsert_edges(
         .collect())
 }
 
+/// Creates links without a direction (`related`, `temporal`: mneme's
+/// automatic links) between fragments of `key_ids`, each pair once
+/// whichever way it is given: an edge is stored from the smaller id to the
+/// larger (as `co_retrieved` links are), an edge given both ways is one
+/// link with the larger weight, and an edge whose reverse is already an
+/// active link (one made before this rule, or with `link`) is left out.
+/// Without this, fragments written together linked to each other both ways,
+/// doubling their automatic links. Existing links keep the larger weight.
+pub async fn upsert_undirected_edges(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    edges: &[Edge],
+) -> Result<u64> {
+    if edges.is_empty() {
+        return Ok(0);
+    }
+    let froms: Vec<Uuid> = edges.iter().map(|e| e.from_id).collect();
+    let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
+    let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
+    let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
+    // Generic plans: see `upsert_edges`.
+    let rows = tx
+        .query_with_generic_plans(
+            "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
+             SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight)
+               FROM (SELECT least(e.a, e.b) AS from_id, greatest(e.a, e.b) AS to_id,
+                            e.relation, e.weight
+                       FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::real[])
+                            AS e(a, b, relation, weight)) t
+               JOIN mneme.fragments a ON a.tenant_id = $1 AND a.id = t.from_id AND a.key_id = ANY($2)
+               JOIN mneme.fragments b ON b.tenant_id = $1 AND b.id = t.to_id AND b.key_id = ANY($2)
+              WHERE t.to_id <> t.from_id
+                AND NOT EXISTS (
+                        SELECT FROM mneme.fragment_links r
+                         WHERE r.tenant_id = $1 AND r.from_id = t.to_id AND r.to_id = t.from_id
+                           AND r.relation_type = t.relation AND r.deleted_at IS NULL)
+              GROUP BY t.from_id, t.to_id, t.relation
+             ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
+                SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
+                    deleted_at = NULL
+             RETURNING from_id",
+            &[
+                &tx.tenant_id(),
+                &key_ids,
+                &froms,
+                &tos,
+                &relations,
+                &weights,
+            ],
+        )
+        .await?;
+    Ok(rows.len() as u64)
+}
+
 /// Whether `to` can already reach `from` through active links of
 /// `relation_type` (so adding `from → to` would close a cycle). Bounded by
 /// `max_depth` hops.

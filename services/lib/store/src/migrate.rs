@@ -31,8 +31,23 @@ pub async fn run(url: &str) -> Result<Vec<Applied>> {
 /// [`run`], also trusting the CA certificates in `ca_file`
 /// (`MNEME_DATABASE_CA_FILE`).
 pub async fn run_with_ca_file(url: &str, ca_file: Option<&Path>) -> Result<Vec<Applied>> {
+    apply(url, ca_file, refinery::Target::Latest).await
+}
+
+/// Applies the pending migrations up to `version` only: tests of a data
+/// migration fill a database as it was before it, then [`run`] the rest.
+pub async fn run_until(url: &str, version: i32) -> Result<Vec<Applied>> {
+    apply(url, None, refinery::Target::Version(version)).await
+}
+
+async fn apply(
+    url: &str,
+    ca_file: Option<&Path>,
+    target: refinery::Target,
+) -> Result<Vec<Applied>> {
     let (mut client, driver) = crate::tls::connect(url, ca_file).await?;
-    let report = embedded::migrations::runner()
+    let mut runner = embedded::migrations::runner().set_target(target);
+    let report = runner
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(&mut client)
         .await

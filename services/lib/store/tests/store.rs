@@ -1779,3 +1779,82 @@ async fn events_appended_together_chain_per_case_in_their_given_order() {
     .await;
     assert_eq!(evidence, vec![(error, ids[1])]);
 }
+
+/// Data migrations reach every tenant's rows, although row-level security
+/// is forced on the owner that runs them: V31 keeps one rating per rated
+/// thing (the latest), V32 one automatic link per pair (the heavier) and
+/// leaves directional links alone.
+#[tokio::test]
+async fn data_migrations_reach_every_tenants_rows() {
+    let db = TestDatabase::create_at_version(30).await;
+    let store = db.store();
+    let mut seeded = Vec::new();
+    for name in ["acme", "globex"] {
+        let tenant = create_tenant(&store, name, ALL_PERMISSIONS).await;
+        let a = remember_in(&store, &tenant, "Redis evicts with allkeys-lru.", "redis").await;
+        let b = remember_in(&store, &tenant, "Redis maxmemory is 4 GB.", "redis").await;
+        let (t, k) = (tenant.tenant_id, tenant.key_id);
+        db.owner_in_tenant(t)
+            .await
+            .batch_execute(&format!(
+                "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
+                 VALUES ('{t}', '{a}', '{b}', 'temporal', 0.6), ('{t}', '{b}', '{a}', 'temporal', 0.9),
+                        ('{t}', '{a}', '{b}', 'part_of', 1), ('{t}', '{b}', '{a}', 'part_of', 1);
+                 INSERT INTO mneme.surfacing_events (tenant_id, id, key_id, agent_id, server, tool,
+                        query_stage, memory_ids, relevances, min_score, source)
+                 VALUES ('{t}', 'ev-1', '{k}', 'default', 'docs', 'search', 'semantic',
+                         ARRAY['{a}']::uuid[], ARRAY[0.8]::real[], 0.5, 'api');
+                 INSERT INTO mneme.surfacing_feedback (tenant_id, surfacing_id, key_id, memory_id, rating)
+                 VALUES ('{t}', 'ev-1', '{k}', NULL, 'helpful'),
+                        ('{t}', 'ev-1', '{k}', NULL, 'not_relevant'),
+                        ('{t}', 'ev-1', '{k}', '{a}', 'helpful'),
+                        ('{t}', 'ev-1', '{k}', '{a}', 'helpful');"
+            ))
+            .await
+            .unwrap();
+        seeded.push((t, a, b));
+    }
+
+    let applied = mneme_store::migrate::run(&db.owner_url).await.unwrap();
+    assert!(applied.iter().any(|m| m.version == 31) && applied.iter().any(|m| m.version == 32));
+    for (tenant_id, a, b) in seeded {
+        let owner = db.owner_in_tenant(tenant_id).await;
+        let rows = |sql: &'static str| {
+            let owner = &owner;
+            async move {
+                owner
+                    .query(sql, &[])
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let linked = rows(
+            "SELECT relation_type || ' ' || weight, from_id::text FROM mneme.fragment_links
+              ORDER BY 1, 2",
+        )
+        .await;
+        let (a, b) = (a.to_string(), b.to_string());
+        let mut directional = vec![
+            ("part_of 1".to_owned(), a.clone()),
+            ("part_of 1".into(), b.clone()),
+        ];
+        directional.sort();
+        let mut expected = directional;
+        expected.push(("temporal 0.9".into(), b));
+        assert_eq!(linked, expected, "tenant {tenant_id}");
+        let ratings = rows(
+            "SELECT coalesce(memory_id::text, 'block'), rating FROM mneme.surfacing_feedback
+              ORDER BY 1",
+        )
+        .await;
+        let mut expected = vec![
+            (a, "helpful".to_owned()),
+            ("block".into(), "not_relevant".into()),
+        ];
+        expected.sort();
+        assert_eq!(ratings, expected, "tenant {tenant_id}");
+    }
+}

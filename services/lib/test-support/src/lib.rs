@@ -150,6 +150,27 @@ impl TestDatabase {
         }
     }
 
+    /// A new database migrated up to `version` only, as a deployment of
+    /// that version left it: tests of a data migration fill it, then apply
+    /// the rest with `mneme_store::migrate::run(&db.owner_url)`.
+    pub async fn create_at_version(version: i32) -> Self {
+        init_logging();
+        let db = Self::create().await;
+        let client = admin_client(&db.admin_conninfo).await;
+        client
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name))
+            .await
+            .expect("drop the migrated test database");
+        client
+            .batch_execute(&format!("CREATE DATABASE {} TEMPLATE template1", db.name))
+            .await
+            .expect("create an empty test database");
+        mneme_store::migrate::run_until(&db.owner_url, version)
+            .await
+            .unwrap_or_else(|e| panic!("migrating the test database to V{version} failed: {e}"));
+        db
+    }
+
     /// A store connected as the services' role.
     pub fn store(&self) -> Store {
         Store::connect(&self.app_url, &StoreOptions::default()).expect("test store")
