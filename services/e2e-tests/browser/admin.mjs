@@ -268,6 +268,8 @@ async function walk(browser) {
   await page.locator('.memory-content', { hasText: term }).waitFor();
   await screen('memory');
   await page.getByRole('heading', { name: /^Links \(\d+\)$/ }).waitFor();
+  // Field names read as words, acronyms in capitals.
+  await page.locator('dl.props dt', { hasText: /^TTL tier$/ }).waitFor();
   await checkMarkup();
 
   // Amend: the earlier text is kept as a version.

@@ -154,8 +154,12 @@ function truncate(s, n) {
   return t.length > n ? `${t.slice(0, n - 1)}…` : t;
 }
 
+const ACRONYMS = { api: 'API', id: 'ID', mcp: 'MCP', ttl: 'TTL', url: 'URL' };
+
+/** `ttlTier` → "TTL tier", `keyName` → "Key name". */
 function humanize(key) {
-  const words = String(key).replace(/_/g, ' ').replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase();
+  const words = String(key).replace(/_/g, ' ').replace(/([a-z0-9])([A-Z])/g, '$1 $2').toLowerCase()
+    .split(' ').map((word) => ACRONYMS[word] || word).join(' ');
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
