@@ -258,6 +258,48 @@ async fn ttl_tiers_move_on_both_sides_of_their_thresholds() {
     assert_eq!(ttl.affected, 3);
 }
 
+/// Five links make a memory permanent when agents made them: mneme's own
+/// links (temporal neighbours, shared keywords) join every memory of a busy
+/// topic to five others within a day, and would make all of them permanent.
+#[tokio::test]
+async fn only_links_made_by_agents_make_a_memory_permanent() {
+    let h = harness().await;
+    let fresh = format!(
+        "importance = 0.5, ttl_tier = 'warm', created_at = {0}, accessed_at = {0}",
+        days_ago(1)
+    );
+    let busy = h.fragment(&h.tenant, "fact", &fresh).await;
+    let cited = h.fragment(&h.tenant, "fact", &fresh).await;
+    let mut others = Vec::new();
+    for _ in 0..5 {
+        others.push(h.fragment(&h.tenant, "fact", &fresh).await);
+    }
+    h.sql(&h.tenant, "DELETE FROM mneme.fragment_links").await;
+    for other in &others {
+        h.sql(
+            &h.tenant,
+            &format!(
+                "INSERT INTO mneme.fragment_links
+                        (tenant_id, from_id, to_id, relation_type, weight, automatic)
+                 VALUES (mneme.current_tenant_id(), '{busy}', '{other}', 'temporal', 1, true),
+                        (mneme.current_tenant_id(), '{cited}', '{other}', 'caused_by', 1, false)"
+            ),
+        )
+        .await;
+    }
+    let run = h
+        .consolidator(settings())
+        .run_tenant(h.tenant.tenant_id, now(), "manual", false, |_| {})
+        .await
+        .unwrap();
+    assert!(!run.failed(), "{:?}", run.stages);
+    assert!(h.has(cited, "ttl_tier = 'permanent'").await);
+    assert!(
+        h.has(busy, "ttl_tier = 'warm'").await,
+        "mneme's own links made a memory permanent"
+    );
+}
+
 #[tokio::test]
 async fn importance_and_activation_decay_by_half_life_and_anchors_keep_their_importance() {
     let h = harness().await;

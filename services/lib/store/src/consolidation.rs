@@ -201,7 +201,8 @@ pub struct DedupRules {
 
 /// Moves fragments between TTL tiers.
 ///
-/// - to `permanent`: preferences; fragments with at least 5 links;
+/// - to `permanent`: preferences; fragments with at least 5 links made by
+///   agents (mneme's own `automatic` links say nothing of a memory's worth);
 ///   importance ≥ 0.8 with a positive quality verdict, or without one when
 ///   anchored or at importance ≥ 0.9.
 /// - `hot` → `warm` after 7 days without access; `short` → `cold` after 1
@@ -215,6 +216,7 @@ pub async fn ttl_transition(tx: &TenantTx<'_>, now: DateTime<Utc>) -> Result<u64
             "WITH linked AS (
                  SELECT f.id, (SELECT count(*) FROM mneme.fragment_links l
                                 WHERE l.tenant_id = f.tenant_id AND l.deleted_at IS NULL
+                                  AND NOT l.automatic
                                   AND (l.from_id = f.id OR l.to_id = f.id)) AS links
                    FROM mneme.fragments f
                   WHERE f.tenant_id = $1 AND f.valid_to IS NULL),
@@ -283,7 +285,7 @@ pub async fn decay(tx: &TenantTx<'_>, now: DateTime<Utc>, rules: &StageRules) ->
 /// (history): (a) utility below 0.15 and 60 days without access; (b) facts
 /// and decisions below importance 0.2, never accessed, unlinked, older than
 /// 30 days; (c) importance below 0.1, 90 days without access, fewer than 2
-/// links; (d) resolved errors below importance 0.3 older than 30 days.
+/// links (links made by agents, as in [`ttl_transition`]); (d) resolved errors below importance 0.3 older than 30 days.
 /// Links, versions and evidence go with them (cascade).
 pub async fn expired_delete(
     tx: &TenantTx<'_>,
@@ -298,6 +300,7 @@ pub async fn expired_delete(
                    LEFT JOIN LATERAL (
                         SELECT count(*) AS links FROM mneme.fragment_links l
                          WHERE l.tenant_id = f.tenant_id AND l.deleted_at IS NULL
+                           AND NOT l.automatic
                            AND (l.from_id = f.id OR l.to_id = f.id)) k ON true
                   WHERE f.tenant_id = $1 AND f.valid_to IS NULL AND NOT f.is_anchor
                     AND f.ttl_tier <> 'permanent'
@@ -641,11 +644,12 @@ pub async fn fold_into(
         return Ok(false);
     }
     tx.execute(
-        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight, confidence)
+        "INSERT INTO mneme.fragment_links
+                (tenant_id, from_id, to_id, relation_type, weight, confidence, automatic)
          SELECT l.tenant_id,
                 CASE WHEN l.from_id = $2 THEN $3 ELSE l.from_id END,
                 CASE WHEN l.to_id = $2 THEN $3 ELSE l.to_id END,
-                l.relation_type, l.weight, l.confidence
+                l.relation_type, l.weight, l.confidence, l.automatic
            FROM mneme.fragment_links l
           WHERE l.tenant_id = $1 AND (l.from_id = $2 OR l.to_id = $2) AND l.deleted_at IS NULL
             AND l.relation_type <> 'superseded_by'

@@ -1372,8 +1372,9 @@ pub async fn supersede(
     Ok(superseded)
 }
 
-/// The nearest fragments in time to each of `ids` (of key `key_id`): same
-/// agent and topic, valid, at most `hours` apart, at most `limit` each.
+/// The nearest fragments in time to each of `ids` (of key `key_id`, those
+/// still valid): same agent and topic, valid, at most `hours` apart, at
+/// most `limit` each.
 /// Returns (fragment, neighbour, hours apart). The nearest ones on each side
 /// come straight from an index range; one statement serves any number of
 /// fragments, so a batch's links cost one plan, not one per item.
@@ -1405,7 +1406,10 @@ pub async fn temporal_neighbors(
                      WHERE n.agent_id = f.agent_id AND n.valid_to IS NULL
                      ORDER BY abs(extract(epoch FROM n.created_at - f.created_at))
                      LIMIT $5::int8) near
-              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.id = ANY($3)",
+              WHERE f.tenant_id = $1 AND f.key_id = $2 AND f.id = ANY($3)
+                -- A fragment superseded before its turn came (history now)
+                -- gains no links.
+                AND f.valid_to IS NULL",
             &[&tx.tenant_id(), &key_id, &ids, &hours, &limit],
         )
         .await?;
@@ -1486,7 +1490,9 @@ pub async fn keyword_neighbors(
                    FROM candidate c
                    JOIN mneme.fragments f ON f.tenant_id = $1 AND f.id = c.fragment_id
                    JOIN mneme.fragments n ON n.tenant_id = $1 AND n.id = c.id
-                  WHERE f.key_id = $2 AND cardinality(f.keywords) > 0
+                  -- A fragment superseded before its turn came (history
+                  -- now) gains no links.
+                  WHERE f.key_id = $2 AND cardinality(f.keywords) > 0 AND f.valid_to IS NULL
                     AND n.agent_id IN (f.agent_id, 'default')
                     AND (f.workspace IS NULL OR n.workspace = f.workspace OR n.workspace IS NULL))
              SELECT fragment_id, id

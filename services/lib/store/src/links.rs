@@ -27,7 +27,7 @@ pub async fn upsert(
                 AND b.tenant_id = $1 AND b.id = $3 AND b.key_id = ANY($4)
              ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
-                    deleted_at = NULL",
+                    automatic = false, deleted_at = NULL",
             &[
                 &tx.tenant_id(),
                 &from_id,
@@ -96,7 +96,7 @@ pub async fn upsert_edges(
               GROUP BY t.from_id, t.to_id, t.relation
              ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
-                    deleted_at = NULL
+                    automatic = false, deleted_at = NULL
              RETURNING from_id, to_id, relation_type",
             &[
                 &tx.tenant_id(),
@@ -115,7 +115,7 @@ pub async fn upsert_edges(
 }
 
 /// Creates links without a direction (`related`, `temporal`: mneme's
-/// automatic links) between fragments of `key_ids`, each pair once
+/// automatic links, marked `automatic`) between fragments of `key_ids`, each pair once
 /// whichever way it is given: an edge is stored from the smaller id to the
 /// larger (as `co_retrieved` links are), an edge given both ways is one
 /// link with the larger weight, and an edge whose reverse is already an
@@ -137,8 +137,9 @@ pub async fn upsert_undirected_edges(
     // Generic plans: see `upsert_edges`.
     let rows = tx
         .query_with_generic_plans(
-            "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
-             SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight)
+            "INSERT INTO mneme.fragment_links
+                    (tenant_id, from_id, to_id, relation_type, weight, automatic)
+             SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight), true
                FROM (SELECT least(e.a, e.b) AS from_id, greatest(e.a, e.b) AS to_id,
                             e.relation, e.weight
                        FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::real[])
@@ -152,6 +153,7 @@ pub async fn upsert_undirected_edges(
                            AND r.relation_type = t.relation AND r.deleted_at IS NULL)
               GROUP BY t.from_id, t.to_id, t.relation
              ON CONFLICT (tenant_id, from_id, to_id, relation_type) DO UPDATE
+                -- A link an agent also made stays theirs.
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
                     deleted_at = NULL
              RETURNING from_id",
@@ -287,8 +289,8 @@ pub async fn soft_delete(
 /// (each pair once, from the smaller id to the larger), capped at 2.
 pub async fn strengthen_co_retrieval(tx: &TenantTx<'_>, ids: &[Uuid], step: f32) -> Result<()> {
     tx.execute(
-        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
-         SELECT $1, a, b, 'co_retrieved', $3
+        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight, automatic)
+         SELECT $1, a, b, 'co_retrieved', $3, true
            FROM unnest($2::uuid[]) a, unnest($2::uuid[]) b
           WHERE a < b
             AND EXISTS (SELECT FROM mneme.fragments f WHERE f.tenant_id = $1 AND f.id = a)

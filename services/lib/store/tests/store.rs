@@ -1783,7 +1783,7 @@ async fn events_appended_together_chain_per_case_in_their_given_order() {
 /// Data migrations reach every tenant's rows, although row-level security
 /// is forced on the owner that runs them: V31 keeps one rating per rated
 /// thing (the latest), V32 one automatic link per pair (the heavier) and
-/// leaves directional links alone.
+/// leaves directional links alone, V33 marks temporal links automatic.
 #[tokio::test]
 async fn data_migrations_reach_every_tenants_rows() {
     let db = TestDatabase::create_at_version(30).await;
@@ -1832,18 +1832,18 @@ async fn data_migrations_reach_every_tenants_rows() {
             }
         };
         let linked = rows(
-            "SELECT relation_type || ' ' || weight, from_id::text FROM mneme.fragment_links
-              ORDER BY 1, 2",
+            "SELECT relation_type || ' ' || weight || ' ' || automatic, from_id::text
+               FROM mneme.fragment_links ORDER BY 1, 2",
         )
         .await;
         let (a, b) = (a.to_string(), b.to_string());
         let mut directional = vec![
-            ("part_of 1".to_owned(), a.clone()),
-            ("part_of 1".into(), b.clone()),
+            ("part_of 1 false".to_owned(), a.clone()),
+            ("part_of 1 false".into(), b.clone()),
         ];
         directional.sort();
         let mut expected = directional;
-        expected.push(("temporal 0.9".into(), b));
+        expected.push(("temporal 0.9 true".into(), b));
         assert_eq!(linked, expected, "tenant {tenant_id}");
         let ratings = rows(
             "SELECT coalesce(memory_id::text, 'block'), rating FROM mneme.surfacing_feedback
