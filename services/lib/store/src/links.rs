@@ -3,6 +3,7 @@
 //! read, so they never cross a key or tenant boundary the caller could not
 //! cross itself.
 
+use tokio_postgres::Row;
 use uuid::Uuid;
 
 use crate::{Result, TenantTx};
@@ -79,15 +80,11 @@ pub async fn upsert_edges(
     if edges.is_empty() {
         return Ok(Vec::new());
     }
-    let froms: Vec<Uuid> = edges.iter().map(|e| e.from_id).collect();
-    let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
-    let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
-    let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
-    // Both ends' foreign keys are checked row by row: see
-    // `query_with_generic_plans` for why they must not be custom-planned.
-    let rows = tx
-        .query_with_generic_plans(
-            "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
+    let rows = upsert_rows(
+        tx,
+        key_ids,
+        edges,
+        "INSERT INTO mneme.fragment_links (tenant_id, from_id, to_id, relation_type, weight)
              SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight)
                FROM unnest($3::uuid[], $4::uuid[], $5::text[], $6::real[])
                     AS t(from_id, to_id, relation, weight)
@@ -98,16 +95,8 @@ pub async fn upsert_edges(
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
                     automatic = false, deleted_at = NULL
              RETURNING from_id, to_id, relation_type",
-            &[
-                &tx.tenant_id(),
-                &key_ids,
-                &froms,
-                &tos,
-                &relations,
-                &weights,
-            ],
-        )
-        .await?;
+    )
+    .await?;
     Ok(rows
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -115,9 +104,9 @@ pub async fn upsert_edges(
 }
 
 /// Creates links without a direction (`related`, `temporal`: mneme's
-/// automatic links, marked `automatic`) between fragments of `key_ids`, each pair once
-/// whichever way it is given: an edge is stored from the smaller id to the
-/// larger (as `co_retrieved` links are), an edge given both ways is one
+/// automatic links, marked `automatic`) between fragments of `key_ids`,
+/// each pair once whichever way it is given: an edge is stored from the
+/// smaller id to the larger (as `co_retrieved` links are), an edge given both ways is one
 /// link with the larger weight, and an edge whose reverse is already an
 /// active link (one made before this rule, or with `link`) is left out.
 /// Without this, fragments written together linked to each other both ways,
@@ -130,14 +119,11 @@ pub async fn upsert_undirected_edges(
     if edges.is_empty() {
         return Ok(0);
     }
-    let froms: Vec<Uuid> = edges.iter().map(|e| e.from_id).collect();
-    let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
-    let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
-    let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
-    // Generic plans: see `upsert_edges`.
-    let rows = tx
-        .query_with_generic_plans(
-            "INSERT INTO mneme.fragment_links
+    let rows = upsert_rows(
+        tx,
+        key_ids,
+        edges,
+        "INSERT INTO mneme.fragment_links
                     (tenant_id, from_id, to_id, relation_type, weight, automatic)
              SELECT $1, t.from_id, t.to_id, t.relation, max(t.weight), true
                FROM (SELECT least(e.a, e.b) AS from_id, greatest(e.a, e.b) AS to_id,
@@ -157,6 +143,28 @@ pub async fn upsert_undirected_edges(
                 SET weight = GREATEST(mneme.fragment_links.weight, EXCLUDED.weight),
                     deleted_at = NULL
              RETURNING from_id",
+    )
+    .await?;
+    Ok(rows.len() as u64)
+}
+
+/// Runs an upsert statement of `edges`: `$1` the tenant, `$2` `key_ids`,
+/// `$3`–`$6` the edges' sources, targets, relations and weights.
+async fn upsert_rows(
+    tx: &TenantTx<'_>,
+    key_ids: &[Uuid],
+    edges: &[Edge],
+    statement: &str,
+) -> Result<Vec<Row>> {
+    let froms: Vec<Uuid> = edges.iter().map(|e| e.from_id).collect();
+    let tos: Vec<Uuid> = edges.iter().map(|e| e.to_id).collect();
+    let relations: Vec<&str> = edges.iter().map(|e| e.relation_type.as_str()).collect();
+    let weights: Vec<f32> = edges.iter().map(|e| e.weight).collect();
+    // Both ends' foreign keys are checked row by row: see
+    // `query_with_generic_plans` for why they must not be custom-planned.
+    Ok(tx
+        .query_with_generic_plans(
+            statement,
             &[
                 &tx.tenant_id(),
                 &key_ids,
@@ -166,8 +174,7 @@ pub async fn upsert_undirected_edges(
                 &weights,
             ],
         )
-        .await?;
-    Ok(rows.len() as u64)
+        .await?)
 }
 
 /// Whether `to` can already reach `from` through active links of
