@@ -120,9 +120,10 @@ pub async fn record_feedback(
     ratings: &[(Option<Uuid>, &str)],
 ) -> Result<Recorded> {
     // A rating is still pending for the tuner when it was made after the
-    // tool's last step: a step consumes the counts of its transaction and
-    // every earlier one, which all started before it (now() is the start of
-    // a transaction).
+    // tool's last step: a step consumes the counts gathered before it, and
+    // now() is the start of a transaction. A rating whose transaction began
+    // before a step but added its count after it reads as consumed, so
+    // replacing it leaves one count too many, never one too few.
     let earlier: HashMap<Option<Uuid>, (String, bool)> = tx
         .query(
             "SELECT f.memory_id, f.rating,
